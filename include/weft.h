@@ -1,0 +1,458 @@
+/*
+ * weft: parallel map and futures for C.
+ *
+ * CPU-bound work runs as OpenMP tasks; blocking work runs on weft's own M:N
+ * fiber scheduler (user-level threads on one carrier thread per core). Where
+ * fibers are unavailable or disabled, blocking work falls back transparently
+ * on the OpenMP path; without OpenMP, weft runs CPU work on a small pool of
+ * its own threads.
+ *
+ * This is weft's only public header. Conventions, which hold for every call
+ * unless its comment says otherwise:
+ *
+ *  - Errors are return values: 0 (or a count) on success, a negative errno
+ *    value on failure, as in libuv. weft never reports an error through
+ *    errno (errno belongs to an OS thread, and a fiber is not one); what
+ *    errno holds after a weft call is unspecified. weft_strerror() describes
+ *    any value.
+ *  - A call checks its arguments before it changes any state: when it fails
+ *    with -EINVAL, nothing was scheduled and no callback will run.
+ *  - Time limits are absolute deadlines in nanoseconds on CLOCK_MONOTONIC (see
+ *    weft_now_ns()): -1 waits forever, 0 tries once without waiting; any other
+ *    negative value is -EINVAL. Expiry gives -ETIMEDOUT.
+ *  - A blocking call made on a fiber parks the fiber and frees its carrier for
+ *    other fibers; made on a plain thread or in an OpenMP task it blocks the
+ *    OS thread, with the same results.
+ *  - "Contexts" in each comment name who may call: a plain thread (any thread
+ *    that is not running a fiber, the main thread included), a fiber, an
+ *    OpenMP task or parallel region (of the program's own or weft's).
+ *
+ * Fibers do not move between carriers once they have started, so errno and
+ * thread-local variables stay those of one OS thread for a fiber's whole life
+ * (docs/architecture.md says why). Each fiber has its own errno value, as a
+ * thread does (saved and restored across switches); other thread-local
+ * variables are the carrier thread's, shared by the fibers that run on it:
+ * use weft_local_get/set for per-fiber values.
+ *
+ * Build and link: `pkg-config --cflags --libs weft`, or CMake's
+ * `find_package(weft)` and the target `weft::weft`.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+#define WEFT_VERSION_STRING "0.1.0"
+
+#if defined(__GNUC__)
+#define WEFT_EXTERN __attribute__((visibility("default")))
+#else
+#define WEFT_EXTERN
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Kinds, parallel map                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* What a piece of work does, which decides where it runs. */
+typedef enum weft_kind {
+  WEFT_CPU = 0,     /* computes: runs as OpenMP tasks */
+  WEFT_BLOCKING = 1 /* waits (sleep, I/O, locks): runs on fibers, or falls back on the CPU path */
+} weft_kind;
+
+/*
+ * Options for weft_pmap(). Zero-initialise (or use WEFT_PMAP_OPTS_INIT) and
+ * set what you need: more fields may be added at the end in later versions,
+ * and zero will always mean the default, so code that starts from zero keeps
+ * its meaning when it is recompiled.
+ */
+typedef struct weft_pmap_opts {
+  weft_kind kind;      /* WEFT_CPU (default) or WEFT_BLOCKING */
+  size_t grain;        /* CPU: indices per claim; 0 = automatic (guided) */
+  size_t max_parallel; /* BLOCKING: most elements in flight; 0 = no bound */
+  unsigned flags;      /* reserved: must be 0 */
+} weft_pmap_opts;
+
+#define WEFT_PMAP_OPTS_INIT {WEFT_CPU, 0, 0, 0}
+
+/* One element of a parallel map: return 0, or any nonzero value as an error. */
+typedef int (*weft_index_fn)(void *ctx, size_t i);
+
+/*
+ * weft_pmap: call fn(ctx, i) exactly once for every i in [0, n), in parallel,
+ * and return when every call has returned (eager: results go wherever fn
+ * writes them). Calls for different i may run at the same time on different
+ * threads or fibers, in any order.
+ *
+ * Returns 0 when every call returned 0. Otherwise, the value returned by the
+ * call with the LOWEST index among those that returned nonzero (so the result
+ * does not depend on timing); every element still runs. weft's own errors:
+ * -EINVAL when fn is NULL, opts->kind is not a weft_kind, or opts->flags is
+ * not 0 (nothing runs); -ENOMEM when the bookkeeping for the call cannot be
+ * allocated (nothing runs). Once elements have started, weft never gives up
+ * on the rest: if fibers cannot be created it runs them with fewer in flight
+ * or on the fallback path.
+ *
+ * WEFT_CPU: the elements run as OpenMP tasks. Outside any parallel region the
+ * call opens one on the OpenMP runtime's pooled threads (OMP_NUM_THREADS is
+ * respected); inside a parallel region or task it creates tasks in the
+ * enclosing team and never a nested team; on a fiber it hands the work to
+ * weft's OpenMP team and parks the fiber. Built without OpenMP, the elements
+ * run on weft's own pool of threads, with the caller taking part.
+ *
+ * WEFT_BLOCKING: each element runs on a fiber of its own (at most
+ * max_parallel at a time when that is not 0), so elements may sleep or wait
+ * on I/O, locks and futures without holding an OS thread. Without fibers it
+ * runs on the CPU path with one element per claim.
+ *
+ * Contexts: any (plain thread, fiber, OpenMP task or region, an element of
+ * another weft_pmap); many threads may call at once. fn and ctx stay the
+ * caller's: weft keeps no reference once the call returns.
+ */
+WEFT_EXTERN int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Futures                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct weft_future weft_future;
+typedef void *(*weft_task_fn)(void *arg);
+
+/*
+ * weft_future_start: run fn(arg) asynchronously and return at once with a
+ * future for its result in *out. A WEFT_CPU future runs as an OpenMP task (in
+ * the enclosing team when started inside a parallel region, else on weft's
+ * own OpenMP team); a WEFT_BLOCKING future runs on a fiber (or falls back on
+ * the CPU path). fn never runs inside weft_future_start itself.
+ *
+ * Returns 0; -EINVAL for a NULL fn or out, or a bad kind; -ENOMEM;
+ * -ESHUTDOWN while weft_shutdown() runs. On error *out is untouched and fn
+ * will not run. The caller owns the future and must release it with
+ * weft_future_free(). Contexts: any.
+ */
+WEFT_EXTERN int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **out);
+
+/*
+ * weft_future_get: wait until the future has a result or the deadline passes.
+ * Returns 0 and stores fn's return value in *result (when result is not
+ * NULL); -ETIMEDOUT; -ECANCELED when the future was cancelled before it ran;
+ * -EINVAL for a NULL future or a bad deadline. May be called any number of
+ * times, from any number of threads and fibers at once.
+ *
+ * With deadline -1, a plain thread or OpenMP task that finds a WEFT_CPU future
+ * not yet started runs it itself instead of waiting idle (as a fork-join
+ * "help"), which also keeps a small OpenMP team from deadlocking when tasks
+ * wait on futures queued behind them. A fiber never runs a CPU future itself:
+ * it parks. Contexts: any.
+ */
+WEFT_EXTERN int weft_future_get(weft_future *f, int64_t deadline_ns, void **result);
+
+/* True once the future has a result or was cancelled; false for NULL. Any context. */
+WEFT_EXTERN bool weft_future_done(const weft_future *f);
+
+/*
+ * weft_future_cancel: ask the future not to run.
+ * Returns 0 when the future had not started: it never will, and get returns
+ * -ECANCELED. Returns -EBUSY when fn is already running: C cannot stop it, so
+ * it runs to completion and get returns its result as usual; for a
+ * WEFT_BLOCKING future the request is recorded, weft_cancelled() turns true in
+ * the fiber, and every weft blocking call it makes from then on returns
+ * -ECANCELED, so that fn can give up early. Returns -EALREADY when the future
+ * had already finished or been cancelled; -EINVAL for NULL. Any context.
+ */
+WEFT_EXTERN int weft_future_cancel(weft_future *f);
+
+/*
+ * weft_future_free: release the caller's hold on the future. Safe at any
+ * time: a future that has not started is cancelled; a running one is
+ * detached and its result discarded when fn returns (if fn's result owns
+ * memory, get it first). NULL is ignored. The future must not be used after,
+ * nor freed twice (debug builds abort with a message on a double free); no
+ * other thread may be in weft_future_get on it. Any context.
+ */
+WEFT_EXTERN void weft_future_free(weft_future *f);
+
+/*
+ * weft_cancelled: true when the running blocking future's cancellation was
+ * requested (see weft_future_cancel); false everywhere else. Any context.
+ */
+WEFT_EXTERN bool weft_cancelled(void);
+
+/* ------------------------------------------------------------------------ */
+/* Time, fibers, the runtime                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Nanoseconds on CLOCK_MONOTONIC: the clock that every weft deadline uses. */
+WEFT_EXTERN int64_t weft_now_ns(void);
+
+/*
+ * weft_sleep_ns: sleep for ns nanoseconds (0 just yields on a fiber). A fiber
+ * parks; a plain thread or OpenMP task sleeps. Returns 0; -EINVAL when ns < 0;
+ * -ECANCELED when the fiber's future was cancelled. Signals never cut a sleep
+ * short. Any context.
+ */
+WEFT_EXTERN int weft_sleep_ns(int64_t ns);
+
+/* weft_sleep_until: as weft_sleep_ns, until an absolute deadline (-1 is -EINVAL). */
+WEFT_EXTERN int weft_sleep_until(int64_t deadline_ns);
+
+/*
+ * weft_yield: let other runnable fibers on this carrier run, then continue.
+ * On a plain thread it calls sched_yield(). Returns 0, or -ECANCELED in a
+ * cancelled blocking future. Any context.
+ */
+WEFT_EXTERN int weft_yield(void);
+
+/* True when the caller runs on a fiber. Any context. */
+WEFT_EXTERN bool weft_in_fiber(void);
+
+/*
+ * True when WEFT_BLOCKING work runs on fibers: fibers are built in for this
+ * architecture, not disabled (WEFT_FIBERS=0 or weft_configure), and the
+ * runtime started or can start. Starts the runtime if needed. Any context.
+ */
+WEFT_EXTERN bool weft_fibers_available(void);
+
+/* Carrier threads now running (0 when the fiber runtime is not started). */
+WEFT_EXTERN unsigned weft_carrier_count(void);
+
+/*
+ * weft_shutdown: wait for all of weft's work in flight (fibers, futures,
+ * offloaded calls) to finish, then stop weft's threads and release its pools.
+ * Futures not yet freed stay valid. The next call that needs the runtime
+ * starts it again. Calls that start work while the shutdown runs get
+ * -ESHUTDOWN. Contexts: a plain thread outside any weft work; called from a
+ * fiber, from weft's OpenMP team or from an element of a weft_pmap it would
+ * wait for itself, so it aborts the process with a message instead.
+ */
+WEFT_EXTERN void weft_shutdown(void);
+
+/*
+ * Runtime settings. Each field left at 0 (or -1 where noted) takes the value
+ * of its environment variable, or the default. weft_config_init() fills a
+ * struct with zeros; more fields may be added at the end.
+ */
+typedef struct weft_config {
+  int fibers;                /* -1 env/default (WEFT_FIBERS, default on), 0 off, 1 on */
+  unsigned carriers;         /* WEFT_CARRIERS: default one per CPU in the affinity mask */
+  size_t stack_size;         /* WEFT_STACK_SIZE (bytes, k/m suffix): default 256 KiB */
+  unsigned pin_threshold_ms; /* WEFT_PIN_THRESHOLD_MS: default 20 */
+  unsigned max_carriers;     /* WEFT_MAX_CARRIERS: default 256, compensation included */
+  int trace_pinned;          /* -1 env/default (WEFT_TRACE_PINNED, default off), 0, 1 */
+  int io_uring;              /* -1 env/default (WEFT_IO_URING, default on where available), 0, 1 */
+  unsigned offload_max;      /* WEFT_OFFLOAD_MAX: most offload threads; default 64 */
+} weft_config;
+
+WEFT_EXTERN void weft_config_init(weft_config *cfg);
+
+/*
+ * weft_configure: set the runtime's settings. Only before the fiber runtime
+ * starts (or after weft_shutdown): -EBUSY while it runs. -EINVAL for NULL or a
+ * value out of range (stack size under 16 KiB or over 1 GiB, more carriers
+ * than max_carriers); nothing changes then. Plain thread.
+ */
+WEFT_EXTERN int weft_configure(const weft_config *cfg);
+
+/* What this build and process can do: for reports and benchmarks. */
+typedef struct weft_info {
+  const char *version;        /* WEFT_VERSION_STRING of the library */
+  bool fibers;                /* weft_fibers_available() */
+  const char *context_switch; /* "asm-x86_64", "asm-aarch64", "ucontext" or "none" */
+  int openmp;                 /* _OPENMP of the build, or 0 without OpenMP */
+  const char *openmp_runtime; /* "libgomp", "libomp", "none" */
+  const char *stack_guard;    /* "madv-guard", "mprotect", "none" (after start) */
+  size_t stack_size;          /* fiber stack size in bytes */
+  unsigned carriers;          /* carriers configured (started or not) */
+  bool io_uring;              /* regular-file I/O goes through io_uring */
+  const char *compiler;       /* compiler that built weft */
+} weft_info;
+
+/* Fill *out; starts nothing (fields that need a started runtime say so). -EINVAL for NULL. */
+WEFT_EXTERN int weft_get_info(weft_info *out);
+
+/*
+ * weft_strerror: a message for any value a weft call returns: weft's own
+ * errors and the system's (negative errno), "success" for 0. A positive value
+ * (an element's own error code) gives "not a weft error". The string is
+ * static: never free it. Any context, thread-safe.
+ */
+WEFT_EXTERN const char *weft_strerror(int err);
+
+/* ------------------------------------------------------------------------ */
+/* Fiber-aware I/O                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each call takes an absolute deadline (-1 forever, 0 try once) and returns a
+ * count (or 0 / revents) or a negative errno: -ETIMEDOUT, -ECANCELED (the
+ * calling blocking future was cancelled), -EINVAL (bad buffer, length or
+ * deadline), or the system's error (-EBADF, -ECONNRESET, -EPIPE, ...). EINTR
+ * never comes back: an interrupted call is resumed.
+ *
+ * On a fiber, a call that would block parks the fiber until the descriptor
+ * is ready (epoll, edge-triggered); on a plain thread it blocks the thread
+ * in poll(2), with the same results. Sockets, pipes and terminals work
+ * directly. Regular files, which are always "ready" to epoll, are read and
+ * written through io_uring where the kernel allows it (WEFT_IO_URING=0 turns
+ * it off), else on the offload pool (weft_blocking), so a slow disk parks the
+ * fiber, not the carrier.
+ *
+ * Descriptor flags: weft never changes the caller's descriptor flags. The
+ * calls use MSG_DONTWAIT for sockets, and for a blocking pipe or terminal
+ * they wait for readiness first and then transfer at most what is ready, so
+ * O_NONBLOCK is left as the caller set it. Each call transfers once (like
+ * read(2)): a short count is possible, as with the system calls.
+ *
+ * One fiber or thread at a time may wait for reading, and one for writing,
+ * on a descriptor (as with any epoll-based runtime); closing a descriptor
+ * that another fiber waits on is undefined. Any context.
+ */
+WEFT_EXTERN ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline_ns);
+WEFT_EXTERN ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline_ns);
+WEFT_EXTERN ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline_ns);
+WEFT_EXTERN ssize_t weft_send(int fd, const void *buf, size_t len, int flags, int64_t deadline_ns);
+/* Returns the new descriptor (close-on-exec, blocking like the listener's). */
+WEFT_EXTERN int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadline_ns);
+/* Returns 0 once connected; the socket's flags are left as they were. */
+WEFT_EXTERN int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns);
+/* Wait until fd has one of `events` (POLLIN, POLLOUT): returns the revents (POLLHUP/POLLERR included). */
+WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
+
+/* ------------------------------------------------------------------------ */
+/* Offload                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * weft_blocking: run fn(arg) where it may block an OS thread as long as it
+ * likes (getaddrinfo, a database client, a library weft cannot make
+ * fiber-aware). On a fiber, fn runs on weft's offload pool (elastic: at
+ * most WEFT_OFFLOAD_MAX threads, idle ones retire) while the fiber parks; on
+ * a plain thread fn simply runs on it. Stores fn's result in *result when
+ * result is not NULL. Returns 0; -EINVAL for NULL fn; -ECANCELED when the
+ * calling future was cancelled before fn started (fn then never runs; once
+ * started, fn runs to the end and its result is delivered). Any context.
+ */
+WEFT_EXTERN int weft_blocking(weft_task_fn fn, void *arg, void **result);
+
+/* ------------------------------------------------------------------------ */
+/* Synchronisation                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each primitive works between fibers, between plain threads, and across
+ * the two: a thread blocks, a fiber parks. The types are defined here so
+ * that they can be static or embedded; their fields are private. A
+ * primitive must not be copied or moved once used; destroy it only when no
+ * one waits on it.
+ *
+ * Cancellation: weft_cond_wait, weft_sem_wait, weft_chan_send and
+ * weft_chan_recv are cancellation points (they return -ECANCELED in a
+ * cancelled blocking future). weft_mutex_lock is not, as in POSIX: a
+ * cancelled fiber can still take a lock to put shared state in order.
+ */
+typedef struct weft_mutex_t {
+  uint32_t state_; /* private */
+  uint32_t lock_;  /* private */
+  void *head_;     /* private */
+  void *tail_;     /* private */
+  void *owner_;    /* private */
+} weft_mutex_t;
+
+#define WEFT_MUTEX_INITIALIZER {0, 0, NULL, NULL, NULL}
+
+/* A mutex is not recursive; unlocking one that the caller does not hold is -EPERM. */
+WEFT_EXTERN int weft_mutex_init(weft_mutex_t *m);
+WEFT_EXTERN int weft_mutex_lock(weft_mutex_t *m);
+WEFT_EXTERN int weft_mutex_trylock(weft_mutex_t *m); /* -EBUSY when held */
+WEFT_EXTERN int weft_mutex_unlock(weft_mutex_t *m);
+WEFT_EXTERN void weft_mutex_destroy(weft_mutex_t *m);
+
+typedef struct weft_cond_t {
+  uint32_t lock_;    /* private */
+  uint32_t waiters_; /* private */
+  void *head_;       /* private */
+  void *tail_;       /* private */
+} weft_cond_t;
+
+#define WEFT_COND_INITIALIZER {0, 0, NULL, NULL}
+
+WEFT_EXTERN int weft_cond_init(weft_cond_t *c);
+/* Wait with m held; m is held again on return, whatever the result (0, -ETIMEDOUT, -ECANCELED). */
+WEFT_EXTERN int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline_ns);
+WEFT_EXTERN int weft_cond_signal(weft_cond_t *c);
+WEFT_EXTERN int weft_cond_broadcast(weft_cond_t *c);
+WEFT_EXTERN void weft_cond_destroy(weft_cond_t *c);
+
+typedef struct weft_sem_t {
+  uint64_t value_; /* private */
+  uint32_t lock_;  /* private */
+  void *head_;     /* private */
+  void *tail_;     /* private */
+} weft_sem_t;
+
+WEFT_EXTERN int weft_sem_init(weft_sem_t *s, unsigned value);
+WEFT_EXTERN int weft_sem_wait(weft_sem_t *s, int64_t deadline_ns);
+WEFT_EXTERN int weft_sem_post(weft_sem_t *s); /* -EOVERFLOW at UINT32_MAX */
+WEFT_EXTERN void weft_sem_destroy(weft_sem_t *s);
+
+/*
+ * A bounded multi-producer multi-consumer channel of fixed-size elements,
+ * copied in and out. capacity 0 makes an unbuffered channel: a send waits
+ * for a receiver to take the element. After weft_chan_close, send gives
+ * -EPIPE; recv drains what is buffered, then gives -EPIPE. Waiters blocked
+ * in send or recv when the channel closes get -EPIPE. weft_chan_free
+ * requires that no one uses the channel any more.
+ */
+typedef struct weft_chan weft_chan_t;
+
+WEFT_EXTERN int weft_chan_create(size_t capacity, size_t elem_size, weft_chan_t **out);
+WEFT_EXTERN int weft_chan_send(weft_chan_t *ch, const void *elem, int64_t deadline_ns);
+WEFT_EXTERN int weft_chan_recv(weft_chan_t *ch, void *elem, int64_t deadline_ns);
+WEFT_EXTERN int weft_chan_close(weft_chan_t *ch); /* -EPIPE when already closed */
+WEFT_EXTERN void weft_chan_free(weft_chan_t *ch);
+
+/* ------------------------------------------------------------------------ */
+/* Fiber-local and scoped values                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One key type serves both kinds of value:
+ *  - local values belong to one fiber (or one plain thread): not inherited,
+ *    and destroyed with the destructor when the fiber (thread) ends;
+ *  - scoped values (after Java's ScopedValue) are bound by weft_scope_run
+ *    for the dynamic extent of fn, and seen by fn, by everything it calls,
+ *    and by every future and pmap element started inside it, of either kind,
+ *    wherever it runs; nested scopes shadow outer ones; a binding never
+ *    leaks out of its scope (a future that outlives the scope still sees the
+ *    binding it was started with).
+ * Keys are process-wide, at most WEFT_KEYS_MAX at once. Without fibers, the
+ * same calls work on each thread's own storage.
+ */
+typedef uint64_t weft_key_t;
+
+#define WEFT_KEYS_MAX 1024
+
+/* -EAGAIN when all keys are in use. The destructor (may be NULL) runs for non-NULL local values. */
+WEFT_EXTERN int weft_key_create(weft_key_t *key, void (*destructor)(void *));
+/* Local values still set are not destroyed (as pthread_key_delete); -EINVAL for an unknown key. */
+WEFT_EXTERN int weft_key_delete(weft_key_t key);
+WEFT_EXTERN void *weft_local_get(weft_key_t key);             /* NULL when unset or unknown */
+WEFT_EXTERN int weft_local_set(weft_key_t key, void *value);  /* -EINVAL, -ENOMEM */
+WEFT_EXTERN int weft_scope_run(weft_key_t key, void *value, weft_task_fn fn, void *arg, void **result);
+WEFT_EXTERN int weft_scope_get(weft_key_t key, void **value); /* -ENOENT when unbound */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

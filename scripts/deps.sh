@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install the Debian packages that a make target needs, and only those that
+# are missing. As root it runs apt-get; otherwise it prints the one apt-get
+# line that is needed and exits 1.
+#
+#   scripts/deps.sh base     build the library, tests and weft-bench
+#   scripts/deps.sh bench    + Google Benchmark's compare.py and its SciPy, the baselines' libraries (TBB, Boost.Context)
+#   scripts/deps.sh plots    + gnuplot
+#   scripts/deps.sh ci       + clang/libomp, Valgrind, aarch64 cross tools and qemu-user
+set -euo pipefail
+
+base=(build-essential cmake pkg-config libcunit1-dev libbenchmark-dev liburing-dev)
+bench=(libbenchmark-tools python3 python3-scipy libboost-context-dev libtbb-dev)
+plots=(gnuplot-nox)
+ci=(clang libomp-dev libclang-rt-dev valgrind qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
+    libc6-dev-arm64-cross libcunit1-dev:arm64 clang-format)
+
+want=("${base[@]}")
+for profile in "$@"; do
+  case "$profile" in
+    base) ;;
+    bench) want+=("${bench[@]}") ;;
+    plots) want+=("${plots[@]}") ;;
+    ci) want+=("${ci[@]}") ;;
+    *) echo "deps.sh: unknown profile '$profile'" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+need_arm64=0
+for p in "${missing[@]}"; do case "$p" in *:arm64) need_arm64=1 ;; esac; done
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "weft needs these Debian packages; as root, run:" >&2
+  [ $need_arm64 -eq 1 ] && echo "  dpkg --add-architecture arm64 &&" >&2
+  echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "deps.sh: installing ${missing[*]}"
+if [ $need_arm64 -eq 1 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
