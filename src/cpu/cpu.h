@@ -1,0 +1,128 @@
+/*
+ * This file contains the interface of the CPU backend: where WEFT_CPU work
+ * runs, and where WEFT_BLOCKING work falls back when there are no fibers.
+ *
+ * Implementations:
+ *   cpu_omp.c    OpenMP: parallel regions on the runtime's pooled threads,
+ *                tasks in an enclosing team, and a team of weft's own (the
+ *                "host") for asynchronous work such as CPU futures.
+ *   cpu_pool.c   weft's own pool of threads: used when weft is built without
+ *                OpenMP (through cpu_noomp.c), and by cpu_omp.c in a child
+ *                forked from a process whose libgomp threads did not survive
+ *                the fork.
+ *
+ * It also holds the range: the shared state of one parallel map, which hands
+ * out indices in chunks and keeps the error of the lowest failing index.
+ */
+#ifndef WEFT_CPU_CPU_H
+#define WEFT_CPU_CPU_H
+
+#include "../internal.h"
+#include "../sync/lock.h"
+
+/* A unit of asynchronous work for weft__cpu_submit. */
+typedef struct weft__job {
+  void (*run)(struct weft__job *j); /* runs once on a CPU worker; may free j */
+  struct weft__job *next;           /* queue link, owned by the queue that holds the job */
+  struct weft__job *prev;
+  bool queued;                      /* in the pool's queue (cpu_pool.c): guarded by its lock */
+} weft__job;
+
+/* The state of one parallel map, shared by everything that runs its indices. */
+typedef struct weft__range {
+  weft_index_fn fn;
+  void *ctx;
+  size_t n;              /* indices are [0, n) */
+  size_t grain;          /* indices per claim; 0: guided (shrinking chunks) */
+  size_t max_workers;    /* most contexts running indices at once; 0: no bound */
+  size_t workers;        /* contexts expected to claim, for guided chunk sizes */
+  WEFT__ALIGNED_CL atomic_size_t next; /* next unclaimed index: contended, on its own line */
+  WEFT__ALIGNED_CL weft__lock err_lock; /* guards err_index and err */
+  size_t err_index;      /* lowest index whose call failed, or SIZE_MAX */
+  int err;               /* what that call returned */
+  struct weft__scope *scope; /* the caller's innermost scoped binding: every element sees it */
+} weft__range;
+
+void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain, size_t max_workers);
+
+/*
+ * Claim the next chunk: returns how many indices were claimed (0 when none
+ * are left) and the first in *lo.
+ */
+static inline size_t weft__range_claim(weft__range *r, size_t *lo) {
+  if (r->grain) {
+    /* Relaxed: the index is the only data; the elements' own writes are
+       ordered by whatever the caller waits on at the end. */
+    size_t i = atomic_fetch_add_explicit(&r->next, r->grain, memory_order_relaxed);
+    if (i >= r->n) return 0;
+    *lo = i;
+    return r->n - i < r->grain ? r->n - i : r->grain;
+  }
+  size_t cur = weft__load_relaxed(&r->next);
+  for (;;) {
+    if (cur >= r->n) return 0;
+    size_t left = r->n - cur;
+    /* Guided: a share of what is left, so that the tail is fine-grained. */
+    size_t c = left / (2 * r->workers);
+    if (c == 0) c = 1;
+    if (atomic_compare_exchange_weak_explicit(&r->next, &cur, cur + c, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      *lo = cur;
+      return c;
+    }
+  }
+}
+
+/* Record that fn(ctx, i) returned rc != 0: keeps the lowest index's error. */
+void weft__range_fail(weft__range *r, size_t i, int rc);
+
+/* Claim and run chunks until none are left. */
+void weft__range_drain(weft__range *r);
+
+/* The map's result: 0, or the error of the lowest failing index. */
+int weft__range_result(weft__range *r);
+
+/*
+ * Run every index of r, on as many workers as the backend gives (bounded by
+ * r->max_workers), and return when all have run. The calling thread takes
+ * part. Inside an OpenMP region or task this makes tasks in the enclosing
+ * team. Not on a fiber outside an OpenMP region (the API layer hands such
+ * calls to weft__cpu_submit and parks).
+ */
+void weft__cpu_run_range(weft__range *r);
+
+/*
+ * Run j->run(j) on a CPU worker, never on the calling thread before this
+ * returns. Returns 0, -ESHUTDOWN while shutting down, or a negative errno
+ * when no worker can be started (the caller reports or falls back).
+ */
+int weft__cpu_submit(weft__job *j);
+
+/* True inside an OpenMP parallel region or task (nesting level > 0). */
+bool weft__cpu_in_region(void);
+
+/* Workers that a new parallel map gets outside any region. */
+unsigned weft__cpu_threads(void);
+
+/* Wait for submitted jobs to finish, then stop the backend's own threads. */
+void weft__cpu_shutdown(void);
+
+/* True on a thread of weft's own OpenMP team (or pool) while it runs weft's work. */
+bool weft__cpu_host_member(void);
+
+/* In a forked child: forget the parent's threads (pthread_atfork). */
+void weft__cpu_atfork_child(void);
+void weft__pool_atfork_child(void);
+
+/* "libgomp", "libomp", "pool" (which runtime CPU work uses in this process). */
+const char *weft__cpu_runtime_name(void);
+
+/* The pool backend (cpu_pool.c), also used by cpu_omp.c after fork. */
+void weft__pool_run_range(weft__range *r);
+int weft__pool_submit(weft__job *j);
+unsigned weft__pool_threads(void);
+void weft__pool_shutdown(void);
+/* True when the calling thread is one of the pool's workers. */
+bool weft__pool_is_worker(void);
+
+#endif /* WEFT_CPU_CPU_H */

@@ -1,0 +1,15 @@
+/*
+ * This file contains the CPU backend of a build without OpenMP: every call
+ * goes to weft's own pool of threads (cpu_pool.c), so CPU work still runs in
+ * parallel and futures still run asynchronously.
+ */
+#include "cpu.h"
+
+void weft__cpu_run_range(weft__range *r) { weft__pool_run_range(r); }
+int weft__cpu_submit(weft__job *j) { return weft__pool_submit(j); }
+bool weft__cpu_in_region(void) { return false; }
+unsigned weft__cpu_threads(void) { return weft__pool_threads(); }
+void weft__cpu_shutdown(void) { weft__pool_shutdown(); }
+bool weft__cpu_host_member(void) { return weft__pool_is_worker(); }
+void weft__cpu_atfork_child(void) {}
+const char *weft__cpu_runtime_name(void) { return "pool"; }

@@ -1,0 +1,319 @@
+/*
+ * This file contains the OpenMP backend: how WEFT_CPU work runs as OpenMP
+ * tasks.
+ *
+ * A parallel map outside any parallel region opens one on the runtime's
+ * pooled threads (num_threads from OMP_NUM_THREADS, as any region would);
+ * the implicit task of each thread claims chunks of the range until none are
+ * left. Inside a region or task it creates one explicit task per other thread
+ * of the enclosing team, in a taskgroup, and claims chunks itself: never a
+ * nested team, so never more threads than the program asked for.
+ *
+ * Asynchronous work (CPU futures, and CPU maps called from fibers, which must
+ * not run OpenMP on a carrier thread) goes to the "host": a thread of weft's
+ * own that keeps an OpenMP team open while there is work. Its master thread
+ * is the dispatcher: it takes jobs from weft's queue and makes each one an
+ * explicit task, which the other threads of the team, waiting at the
+ * region's end, pick up. The team has OMP_NUM_THREADS workers plus the
+ * dispatcher, which sleeps on a condition variable between jobs, so it costs
+ * no CPU. The team closes after LINGER_NS without work, so an idle weft holds
+ * no running threads; the runtime's own spin-wait at the barrier (libgomp's
+ * GOMP_SPINCOUNT, libomp's KMP_BLOCKTIME) is the runtime's to set, and weft
+ * does not change it (docs/architecture.md).
+ *
+ * Known OpenMP pitfalls and what weft does about them:
+ *  - A task may run at once on the thread that creates it (libgomp does so
+ *    when too many tasks are queued, and any runtime may): nothing here
+ *    relies on deferral for correctness. Futures are claimed with a CAS, so
+ *    whoever gets there first runs them, once.
+ *  - libgomp's threads do not survive fork(): a child that opens a parallel
+ *    region hangs. In a child forked from a libgomp process, weft runs CPU
+ *    work on its own pool (cpu_pool.c) instead. LLVM's libomp re-creates its
+ *    threads after fork, and weft keeps using it.
+ *  - If the runtime gives the host team a single thread (OMP_THREAD_LIMIT=1,
+ *    say), the dispatcher runs the jobs itself, in order.
+ */
+#include "cpu.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "../api/settings.h"
+#include "../sys.h"
+
+/* How long the host keeps its team open without work. */
+#define LINGER_NS (50 * 1000000LL)
+
+/* Present only when the runtime is LLVM's libomp. */
+extern void __kmpc_fork_call(void *loc, int argc, void *microtask, ...) __attribute__((weak));
+
+static struct {
+  pthread_mutex_t mu;     /* guards the fields below, but `active` */
+  pthread_cond_t cv;      /* the host thread and the dispatcher wait here */
+  weft__job *head;        /* queued jobs, FIFO */
+  weft__job *tail;
+  bool thread_started;    /* the host thread exists (until shutdown joins it) */
+  bool stopping;          /* weft__cpu_shutdown is waiting for the queue to drain */
+  bool waiting;           /* someone waits on cv: submit signals only then */
+  bool cv_ready;          /* cv was initialised with CLOCK_MONOTONIC */
+  pthread_t thread;
+  atomic_size_t active;   /* jobs made tasks and not yet finished */
+} host = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Set in a child forked from a libgomp process: OpenMP is unusable there. */
+static bool omp_unusable;
+
+/* True on the threads of the host team while they run its region. */
+static __thread bool tls_in_host;
+
+static bool runtime_is_libomp(void) { return __kmpc_fork_call != NULL; }
+
+const char *weft__cpu_runtime_name(void) {
+  if (omp_unusable) return "pool";
+  return runtime_is_libomp() ? "libomp" : "libgomp";
+}
+
+bool weft__cpu_in_region(void) { return !omp_unusable && omp_get_level() > 0; }
+
+unsigned weft__cpu_threads(void) {
+  if (omp_unusable) return weft__pool_threads();
+  int n = omp_get_max_threads();
+  return n > 0 ? (unsigned)n : 1u;
+}
+
+/* --- parallel maps ------------------------------------------------------ */
+
+/* Inside a region or task: tasks in the enclosing team, the caller claiming too. */
+static void run_in_team(weft__range *r) {
+  size_t t = (size_t)omp_get_num_threads();
+  if (r->max_workers && r->max_workers < t) t = r->max_workers;
+  if (t > r->n) t = r->n;
+  r->workers = t ? t : 1;
+  if (t <= 1) {
+    weft__range_drain(r);
+    return;
+  }
+#pragma omp taskgroup
+  {
+    for (size_t k = 1; k < t; k++) {
+#pragma omp task firstprivate(r)
+      weft__range_drain(r);
+    }
+    weft__range_drain(r);
+  }
+}
+
+void weft__cpu_run_range(weft__range *r) {
+  if (WEFT__UNLIKELY(omp_unusable)) {
+    weft__pool_run_range(r);
+    return;
+  }
+  if (omp_get_level() > 0) {
+    run_in_team(r);
+    return;
+  }
+  size_t t = weft__cpu_threads();
+  if (r->max_workers && r->max_workers < t) t = r->max_workers;
+  if (t > r->n) t = r->n;
+  r->workers = t ? t : 1;
+  if (t <= 1) {
+    weft__range_drain(r);
+    return;
+  }
+#pragma omp parallel num_threads((int)t)
+  weft__range_drain(r);
+}
+
+/* --- the host team -------------------------------------------------------- */
+
+static void host_cv_init(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&host.cv, &a);
+  pthread_condattr_destroy(&a);
+  host.cv_ready = true;
+}
+
+static weft__job *host_pop(void) {
+  weft__job *j = host.head;
+  if (j) {
+    host.head = j->next;
+    if (!host.head) host.tail = NULL;
+  }
+  return j;
+}
+
+static void host_task(weft__job *j) {
+  j->run(j);
+  atomic_fetch_sub_explicit(&host.active, 1, memory_order_release);
+}
+
+static void cv_wait_ns(int64_t ns) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + ns;
+  ts.tv_sec = (time_t)(t / 1000000000);
+  ts.tv_nsec = (long)(t % 1000000000);
+  host.waiting = true;
+  pthread_cond_timedwait(&host.cv, &host.mu, &ts);
+  host.waiting = false;
+}
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The master thread of the host team: turn queued jobs into tasks. */
+static void dispatch(bool alone) {
+  int64_t idle_since = 0;
+  pthread_mutex_lock(&host.mu);
+  for (;;) {
+    weft__job *j;
+    while ((j = host_pop()) != NULL) {
+      pthread_mutex_unlock(&host.mu);
+      if (alone) {
+        j->run(j); /* a team of one: no one else would run the task */
+      } else {
+        atomic_fetch_add_explicit(&host.active, 1, memory_order_relaxed);
+#pragma omp task firstprivate(j)
+        host_task(j);
+      }
+      pthread_mutex_lock(&host.mu);
+    }
+    /* Acquire pairs with host_task's release: the jobs' effects are visible. */
+    if (atomic_load_explicit(&host.active, memory_order_acquire) == 0) {
+      if (host.stopping) break;
+      int64_t now = mono_ns();
+      if (!idle_since) idle_since = now;
+      if (now - idle_since >= LINGER_NS) break;
+    } else {
+      idle_since = 0;
+    }
+    /* Wake now and then to see whether running tasks have finished. */
+    cv_wait_ns(LINGER_NS / 4);
+  }
+  pthread_mutex_unlock(&host.mu);
+}
+
+static void *host_main(void *arg) {
+  WEFT__UNUSED(arg);
+  /* The team: the runtime's default number of threads, plus the dispatcher. */
+  int workers = omp_get_max_threads();
+  pthread_mutex_lock(&host.mu);
+  for (;;) {
+    while (!host.head && !host.stopping) {
+      host.waiting = true;
+      pthread_cond_wait(&host.cv, &host.mu);
+      host.waiting = false;
+    }
+    if (!host.head && host.stopping) break;
+    pthread_mutex_unlock(&host.mu);
+#pragma omp parallel num_threads(workers + 1)
+    {
+      tls_in_host = true;
+      if (omp_get_thread_num() == 0) dispatch(omp_get_num_threads() == 1);
+      /* Every task has run once the dispatcher is through this barrier. */
+#pragma omp barrier
+      tls_in_host = false;
+    }
+    pthread_mutex_lock(&host.mu);
+  }
+  pthread_mutex_unlock(&host.mu);
+  return NULL;
+}
+
+static int host_submit(weft__job *j);
+
+/* The job being handed to the runtime by this thread, to spot a task run at once. */
+static __thread weft__job *tls_submitting;
+
+static void region_task(weft__job *j) {
+  if (tls_submitting == j) {
+    /*
+     * The runtime ran the task at once, inside weft__cpu_submit (task
+     * throttling, or a final task): the job must not run on the caller, so
+     * it goes to the host team instead; if even that fails, here after all.
+     */
+    if (host_submit(j) != 0) j->run(j);
+    return;
+  }
+  j->run(j);
+}
+
+int weft__cpu_submit(weft__job *j) {
+  if (WEFT__UNLIKELY(omp_unusable)) return weft__pool_submit(j);
+  if (omp_get_level() > 0) {
+    /* Inside a region or task: a task of the enclosing team, no new threads. */
+    weft__job *saved = tls_submitting;
+    tls_submitting = j;
+#pragma omp task firstprivate(j)
+    region_task(j);
+    tls_submitting = saved;
+    return 0;
+  }
+  return host_submit(j);
+}
+
+static int host_submit(weft__job *j) {
+  pthread_mutex_lock(&host.mu);
+  if (host.stopping) {
+    pthread_mutex_unlock(&host.mu);
+    return -ESHUTDOWN;
+  }
+  if (!host.cv_ready) host_cv_init();
+  if (!host.thread_started) {
+    weft__atfork_init();
+    int rc = weft__thread_start(&host.thread, 0, "weft-omp", host_main, NULL);
+    if (rc < 0) {
+      pthread_mutex_unlock(&host.mu);
+      return rc;
+    }
+    host.thread_started = true;
+  }
+  j->next = NULL;
+  if (host.tail)
+    host.tail->next = j;
+  else
+    host.head = j;
+  host.tail = j;
+  if (host.waiting) pthread_cond_signal(&host.cv);
+  pthread_mutex_unlock(&host.mu);
+  return 0;
+}
+
+bool weft__cpu_host_member(void) { return tls_in_host || weft__pool_is_worker(); }
+
+void weft__cpu_shutdown(void) {
+  pthread_mutex_lock(&host.mu);
+  if (!host.thread_started) {
+    pthread_mutex_unlock(&host.mu);
+    weft__pool_shutdown();
+    return;
+  }
+  host.stopping = true;
+  pthread_cond_broadcast(&host.cv);
+  pthread_mutex_unlock(&host.mu);
+  pthread_join(host.thread, NULL);
+  pthread_mutex_lock(&host.mu);
+  host.thread_started = false;
+  host.stopping = false;
+  pthread_mutex_unlock(&host.mu);
+  weft__pool_shutdown();
+}
+
+void weft__cpu_atfork_child(void) {
+  /* The host thread and its team are gone; the queue's jobs with them. */
+  pthread_mutex_init(&host.mu, NULL);
+  host_cv_init();
+  host.head = host.tail = NULL;
+  host.thread_started = false;
+  host.stopping = false;
+  host.waiting = false;
+  atomic_store(&host.active, 0);
+  tls_in_host = false;
+  if (!runtime_is_libomp()) omp_unusable = true;
+}

@@ -1,0 +1,140 @@
+/*
+ * This file contains the waiter: the one record through which every weft
+ * blocking call waits, whether the caller is a fiber (which parks) or a plain
+ * thread (which sleeps on a futex), and the per-context record that carries a
+ * future's cancellation request to whatever its fiber or thread is waiting on.
+ *
+ * Protocol. A waiter lives on the waiting context's stack. It starts in
+ * WAITING; whoever ends the wait moves it out of WAITING with one
+ * compare-and-swap (woken by the object, timed out by the deadline, cancelled
+ * by weft_future_cancel). Only the CAS winner wakes the waiter, so a fiber is
+ * made runnable exactly once per wait, and a primitive whose CAS fails knows
+ * that this waiter is leaving on its own (a semaphore then offers its unit to
+ * the next waiter). After winning, a waker must not touch the waiter again,
+ * except for the futex wake of a thread waiter's state word, which is only an
+ * address to the kernel and tolerates a waiter that has already gone.
+ */
+#ifndef WEFT_SYNC_WAIT_H
+#define WEFT_SYNC_WAIT_H
+
+#include "../internal.h"
+#include "lock.h"
+
+struct weft__fiber;
+
+enum {
+  WEFT__W_WAITING = 0,
+  WEFT__W_WOKEN = 1,
+  WEFT__W_TIMEDOUT = 2,
+  WEFT__W_CANCELED = 3,
+};
+
+typedef struct weft__waiter {
+  _Atomic uint32_t state;      /* WEFT__W_*: leaves WAITING once, by CAS; the futex word for threads */
+  bool cancellable;            /* may weft_future_cancel end this wait? */
+  bool queued;                 /* on a wait list: owned by the object's lock */
+  struct weft__fiber *fiber;   /* the waiting fiber, or NULL for an OS thread */
+  struct weft__waiter *next;   /* wait-list links: owned by the object's lock */
+  struct weft__waiter *prev;
+  void *data;                  /* for the primitive: a channel's element buffer, say */
+  uintptr_t aux;               /* for the primitive: a count, a flag */
+} weft__waiter;
+
+/*
+ * The context record of whatever runs a piece of weft work: one per fiber,
+ * and one per OS thread (thread-local) for work that runs on a thread.
+ */
+typedef struct weft__tctx {
+  atomic_bool cancelled;       /* set once by weft_future_cancel; never cleared while the work runs */
+  weft__lock lock;             /* guards waiter */
+  weft__waiter *waiter;        /* the cancellable wait in progress, or NULL */
+  struct weft__scope *scope;   /* innermost scoped binding (owned by the weft_scope_run frame) */
+  struct weft__locals *locals; /* fiber-local values; NULL until the first weft_local_set */
+} weft__tctx;
+
+/* Reset a context record for new work. */
+void weft__tctx_init(weft__tctx *tc);
+/* The caller's record: its fiber's, or its OS thread's. Never NULL. */
+weft__tctx *weft__tctx_self(void);
+/* Point this OS thread's record at tc for the duration of a piece of work; returns the old one. */
+weft__tctx *weft__tctx_enter(weft__tctx *tc);
+void weft__tctx_leave(weft__tctx *prev);
+/* True when this OS thread runs a piece of weft work under a lent record (a future, say). */
+bool weft__tctx_in_work(void);
+/* Mark tc cancelled and end its cancellable wait, if any. */
+void weft__tctx_cancel(weft__tctx *tc);
+
+/*
+ * The rule for wait lists: a waker pops a waiter and resolves it while it
+ * holds the object's lock (reading w->next before the resolve, never after);
+ * a waiter whose wait did not end WOKEN takes the object's lock and unlinks
+ * itself if it is still queued, before it returns. So no waiter leaves while
+ * a waker can still reach it.
+ */
+
+/*
+ * The calling fiber when it may park: NULL on a plain thread, and on a fiber
+ * that is inside an OpenMP region of its own (it then blocks its carrier).
+ */
+struct weft__fiber *weft__parkable_self(void);
+
+/* Prepare a waiter for the calling context (fiber or thread). */
+void weft__waiter_init(weft__waiter *w, bool cancellable);
+
+/*
+ * Wait until the waiter leaves WAITING or the deadline passes; returns the
+ * final state (WOKEN, TIMEDOUT or CANCELED). The caller must have published w
+ * (put it on a wait list) before, and must take it off the list after when
+ * the result is not WOKEN. deadline: -1 forever, 0 returns TIMEDOUT at once
+ * unless already resolved, else absolute CLOCK_MONOTONIC nanoseconds.
+ */
+uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns);
+
+/* Move w from WAITING to `to` and wake it; false when someone else did first. */
+bool weft__waiter_resolve(weft__waiter *w, uint32_t to);
+
+static inline bool weft__waiter_wake(weft__waiter *w) { return weft__waiter_resolve(w, WEFT__W_WOKEN); }
+
+/* Map a final waiter state to weft's return value: 0, -ETIMEDOUT, -ECANCELED. */
+static inline int weft__waiter_errno(uint32_t state) {
+  return state == WEFT__W_WOKEN ? 0 : state == WEFT__W_TIMEDOUT ? -ETIMEDOUT : -ECANCELED;
+}
+
+/* A doubly linked FIFO of waiters, guarded by its owner's lock. */
+typedef struct weft__waitlist {
+  weft__waiter *head;
+  weft__waiter *tail;
+} weft__waitlist;
+
+static inline void weft__waitlist_push(weft__waitlist *l, weft__waiter *w) {
+  w->queued = true;
+  w->next = NULL;
+  w->prev = l->tail;
+  if (l->tail)
+    l->tail->next = w;
+  else
+    l->head = w;
+  l->tail = w;
+}
+
+/* Remove w, which must be on l. */
+static inline void weft__waitlist_remove(weft__waitlist *l, weft__waiter *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    l->head = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  else
+    l->tail = w->prev;
+  w->next = w->prev = NULL;
+  w->queued = false;
+}
+
+static inline weft__waiter *weft__waitlist_pop(weft__waitlist *l) {
+  weft__waiter *w = l->head;
+  if (w) weft__waitlist_remove(l, w);
+  return w;
+}
+
+#endif /* WEFT_SYNC_WAIT_H */

@@ -1,0 +1,136 @@
+/*
+ * This file contains weft's door to the C library and the kernel for every
+ * call that can fail for want of a resource: memory, mappings, threads,
+ * descriptors. weft calls these wrappers, never the functions directly, so
+ * that test builds (WEFT_TESTING) can make any one of them fail on demand,
+ * one at a time, as SQLite's os_unix.c does with its aSyscall table. In other
+ * builds each wrapper is the plain call.
+ */
+#ifndef WEFT_SYS_H
+#define WEFT_SYS_H
+
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+
+/* The places where a fault can be injected. */
+enum weft__fault_site {
+  WEFT__F_MALLOC = 0,     /* malloc, calloc, realloc, posix_memalign */
+  WEFT__F_MMAP,           /* mmap */
+  WEFT__F_MPROTECT,       /* mprotect (stack guards) */
+  WEFT__F_MADVISE,        /* madvise (MADV_GUARD_INSTALL) */
+  WEFT__F_PTHREAD_CREATE, /* pthread_create */
+  WEFT__F_EPOLL,          /* epoll_create1, epoll_ctl */
+  WEFT__F_EVENTFD,        /* eventfd */
+  WEFT__F_URING,          /* io_uring_queue_init */
+  WEFT__F_SIGALTSTACK,    /* sigaltstack */
+  WEFT__F_COUNT
+};
+
+#ifdef WEFT_TESTING
+/* True when the armed fault fires for this call: the wrapper must then fail. */
+bool weft__fault(enum weft__fault_site site);
+
+/*
+ * Test control (tests link the static library). weft__fault_arm(mask, skip,
+ * sticky): among calls at the sites in mask (bit i = site i), let `skip`
+ * succeed, then fail the next one; and every later one too when sticky.
+ * weft__fault_disarm() stops injecting and returns how many faults fired.
+ */
+void weft__fault_arm(uint32_t mask, unsigned long skip, bool sticky);
+unsigned long weft__fault_disarm(void);
+#else
+static inline bool weft__fault(enum weft__fault_site site) {
+  WEFT__UNUSED(site);
+  return false;
+}
+#endif
+
+static inline void *weft__malloc(size_t n) {
+  if (weft__fault(WEFT__F_MALLOC)) return NULL;
+  return malloc(n);
+}
+
+static inline void *weft__calloc(size_t n, size_t size) {
+  if (weft__fault(WEFT__F_MALLOC)) return NULL;
+  return calloc(n, size);
+}
+
+static inline void *weft__realloc(void *p, size_t n) {
+  if (weft__fault(WEFT__F_MALLOC)) return NULL;
+  return realloc(p, n);
+}
+
+/* Cache-line aligned allocation; release with weft__free. */
+static inline void *weft__malloc_aligned(size_t align, size_t n) {
+  void *p;
+  if (weft__fault(WEFT__F_MALLOC)) return NULL;
+  return posix_memalign(&p, align, n) == 0 ? p : NULL;
+}
+
+static inline void weft__free(void *p) { free(p); }
+
+static inline void *weft__mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+  if (weft__fault(WEFT__F_MMAP)) {
+    errno = ENOMEM;
+    return MAP_FAILED;
+  }
+  return mmap(addr, len, prot, flags, fd, off);
+}
+
+static inline int weft__mprotect(void *addr, size_t len, int prot) {
+  if (weft__fault(WEFT__F_MPROTECT)) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return mprotect(addr, len, prot);
+}
+
+static inline int weft__madvise(void *addr, size_t len, int advice) {
+  if (weft__fault(WEFT__F_MADVISE)) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return madvise(addr, len, advice);
+}
+
+/* Returns 0 or a positive error number, as pthread_create does. */
+static inline int weft__pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+  if (weft__fault(WEFT__F_PTHREAD_CREATE)) return EAGAIN;
+  return pthread_create(t, a, fn, arg);
+}
+
+/* epoll_create1(EPOLL_CLOEXEC): a descriptor or a negative errno. */
+static inline int weft__epoll_create(void) {
+  if (weft__fault(WEFT__F_EPOLL)) return -ENOMEM;
+  int fd = epoll_create1(EPOLL_CLOEXEC);
+  return fd >= 0 ? fd : -errno;
+}
+
+/* epoll_ctl: 0 or a negative errno. */
+static inline int weft__epoll_ctl(int ep, int op, int fd, struct epoll_event *ev) {
+  if (weft__fault(WEFT__F_EPOLL)) return -ENOMEM;
+  return epoll_ctl(ep, op, fd, ev) == 0 ? 0 : -errno;
+}
+
+/* A non-blocking, close-on-exec eventfd: a descriptor or a negative errno. */
+static inline int weft__eventfd(void) {
+  if (weft__fault(WEFT__F_EVENTFD)) return -EMFILE;
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  return fd >= 0 ? fd : -errno;
+}
+
+/*
+ * Start a thread for weft's own use: all signals blocked (weft's threads never
+ * run the program's signal handlers, except the synchronous faults that the
+ * kernel delivers to the faulting thread), a stack of `stack_size` bytes
+ * (0: the default) and a name for debuggers (at most 15 characters).
+ * Returns 0 or a negative errno.
+ */
+int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg);
+
+#endif /* WEFT_SYS_H */
