@@ -1,0 +1,118 @@
+/*
+ * This file contains the fiber scheduler's interface to the rest of weft:
+ * what the API layer, the waiters and the I/O layer may ask of it. The
+ * scheduler itself, and the essay that explains it, are in sched.c.
+ */
+#ifndef WEFT_FIBER_FIBER_H
+#define WEFT_FIBER_FIBER_H
+
+#include "../internal.h"
+#include "../sync/wait.h"
+
+struct weft__fiber;
+struct weft__carrier;
+
+/*
+ * What a fiber runs. entry(f) runs on the fiber's own stack; when it returns
+ * the fiber ends and done(f) runs on the carrier's scheduler stack after the
+ * fiber's stack is released (done may free the memory that holds f).
+ * nostack(f) runs instead of entry when no stack can be had: the owner then
+ * completes the work another way (the CPU path) or drops it.
+ */
+typedef struct weft__fiber_ops {
+  void (*entry)(struct weft__fiber *f);
+  void (*done)(struct weft__fiber *f);
+  void (*nostack)(struct weft__fiber *f);
+} weft__fiber_ops;
+
+/*
+ * A fiber. The owner (a future, a pmap call) embeds or allocates it, fills
+ * ops and arg through weft__fiber_prepare, and hands it to weft__fiber_spawn.
+ * Fields below `arg` belong to the scheduler.
+ */
+typedef struct weft__fiber {
+  const weft__fiber_ops *ops;
+  void *arg;                   /* the owner's: the future or pmap job */
+  /* --- scheduler-owned --- */
+  void *sp;                    /* saved stack pointer while switched out (context.h) */
+  struct weft__carrier *home;  /* carrier it started on; never changes after */
+  struct weft__fiber *next;    /* run-queue link: owned by whichever queue holds the fiber */
+  void *stack_base;            /* lowest usable address; NULL until the first run */
+  size_t stack_size;           /* usable bytes */
+  void *stack_cookie;          /* the stack allocator's handle */
+  uint64_t id;                 /* for messages: stack overflow, pinning trace */
+  const void *spawn_site;      /* return address in the code that started it (pinning trace) */
+  int64_t timer_deadline;      /* armed timer, or 0 */
+  size_t timer_slot;           /* index in home's timer heap while armed */
+  weft__waiter *timer_waiter;  /* resolved TIMEDOUT when the timer fires */
+  int64_t run_since;           /* when the current slice began (pinning monitor), 0 when parked */
+  uint32_t flags;              /* WEFT__FIBER_* */
+  void *san_fake_stack;        /* AddressSanitizer's fake-stack handle across a switch */
+  void *san_tsan_fiber;        /* ThreadSanitizer's fiber handle */
+  unsigned vg_stack_id;        /* Valgrind's stack registration */
+  weft__tctx tc;               /* cancellation, scope and locals of the work it runs */
+} weft__fiber;
+
+enum {
+  WEFT__FIBER_STARTED = 1u << 0, /* has a stack and a home; may no longer move */
+  WEFT__FIBER_PINNED = 1u << 1,  /* reported by the pinning monitor */
+};
+
+/* Fill in a fiber for spawning. */
+void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg);
+
+/*
+ * Start the fiber runtime if needed (lazily, once; again after shutdown).
+ * Returns 0, or a negative errno when fibers cannot run (disabled, no context
+ * switch, threads refused): the caller falls back on the CPU path.
+ */
+int weft__fibers_start(void);
+
+/* True when the runtime is running (no start attempt). */
+bool weft__fibers_running(void);
+
+/*
+ * Queue fibers to run. From a carrier they go on its own queue (others steal
+ * the ones not yet started); from any other thread, on the global queue.
+ * Returns 0, or -ESHUTDOWN while weft_shutdown runs.
+ */
+int weft__fiber_spawn(weft__fiber *f);
+/* Queue n fibers stored side by side (one lock for the whole batch). */
+int weft__fiber_spawn_array(weft__fiber *fs, size_t n);
+
+/* The fiber running on this thread, or NULL. */
+weft__fiber *weft__fiber_self(void);
+
+/* Switch away from the calling fiber until weft__fiber_ready() is called for it. */
+void weft__fiber_park(void);
+
+/* Make a parked fiber runnable again; from any thread, exactly once per park. */
+void weft__fiber_ready(weft__fiber *f);
+
+/* Put the calling fiber at the back of its carrier's queue and switch away. */
+void weft__fiber_yield(void);
+
+/* Arm the calling fiber's timer: at the deadline, w is resolved TIMEDOUT. */
+void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w);
+/* Disarm it if still armed (the fiber itself, after it woke). */
+void weft__fiber_timer_disarm(weft__fiber *self);
+
+/* Called by weft__stack's SIGSEGV handler: is addr in the guard of this thread's running fiber? */
+bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_size);
+
+/* Counters for tests and reports. */
+typedef struct weft__fiber_stats {
+  uint64_t live;          /* fibers spawned and not yet done */
+  uint64_t spawned;       /* since start */
+  uint64_t stacks_in_use; /* stacks held by fibers */
+  uint64_t steals;        /* fibers taken from another carrier */
+} weft__fiber_stats;
+void weft__fiber_get_stats(weft__fiber_stats *out);
+
+/* Stop the runtime: wait for every fiber to end, join the carriers. */
+void weft__fibers_shutdown(void);
+
+/* In a forked child: forget the parent's carriers (pthread_atfork). */
+void weft__fibers_atfork_child(void);
+
+#endif /* WEFT_FIBER_FIBER_H */

@@ -1,0 +1,54 @@
+/*
+ * This file contains the fiber backend of a platform without a context
+ * switch (or a build with WEFT_CONTEXT=none): there are no fibers, so every
+ * WEFT_BLOCKING call takes the CPU path, and the scheduler's entry points
+ * that only a fiber could reach are never called.
+ */
+#include "fiber.h"
+#include "sched.h"
+#include "stack.h"
+
+void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg) {
+  f->ops = ops;
+  f->arg = arg;
+}
+
+int weft__fibers_start(void) { return -ENOSYS; }
+bool weft__fibers_running(void) { return false; }
+int weft__fiber_spawn(weft__fiber *f) {
+  WEFT__UNUSED(f);
+  return -ENOSYS;
+}
+int weft__fiber_spawn_array(weft__fiber *fs, size_t n) {
+  WEFT__UNUSED(fs);
+  WEFT__UNUSED(n);
+  return -ENOSYS;
+}
+weft__fiber *weft__fiber_self(void) { return NULL; }
+void weft__fiber_park(void) { weft__die("weft__fiber_park without fibers"); }
+void weft__fiber_ready(weft__fiber *f) {
+  WEFT__UNUSED(f);
+  weft__die("weft__fiber_ready without fibers");
+}
+void weft__fiber_yield(void) { weft__die("weft__fiber_yield without fibers"); }
+void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
+  WEFT__UNUSED(self);
+  WEFT__UNUSED(deadline_ns);
+  WEFT__UNUSED(w);
+  weft__die("weft__fiber_timer_arm without fibers");
+}
+void weft__fiber_timer_disarm(weft__fiber *self) { WEFT__UNUSED(self); }
+bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_size) {
+  WEFT__UNUSED(addr);
+  WEFT__UNUSED(fiber_id);
+  WEFT__UNUSED(stack_size);
+  return false;
+}
+void weft__fiber_get_stats(weft__fiber_stats *out) {
+  out->live = out->spawned = out->stacks_in_use = out->steals = 0;
+}
+void weft__fibers_shutdown(void) {}
+void weft__fibers_atfork_child(void) {}
+unsigned weft_carrier_count(void) { return 0; }
+const char *weft__stack_guard_name(void) { return "none"; }
+weft__carrier *weft__carrier_self(void) { return NULL; }

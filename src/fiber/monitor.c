@@ -1,0 +1,140 @@
+/*
+ * This file contains the pinning monitor.
+ *
+ * A fiber that blocks its carrier (a plain sleep(), a read() on a blocking
+ * socket, a long computation) pins it: the carrier cannot run its other
+ * fibers until that one parks. This is the C form of the pinning that JEP 444
+ * describes for virtual threads inside `synchronized`. weft cannot take the
+ * carrier back (no preemption), so it does what the JDK's ForkJoinPool does
+ * for managed blocking: it notices, and compensates with another carrier.
+ *
+ * A thread of its own looks at every carrier every threshold/4 (the
+ * threshold is WEFT_PIN_THRESHOLD_MS, 20 ms by default). A carrier whose
+ * current fiber has run for longer than the threshold without switching is
+ * pinned. Then:
+ *  - the carrier is flagged; when the fiber finally switches back, the
+ *    carrier itself reports it if WEFT_TRACE_PINNED=1 (fiber, how long, where
+ *    it was started), since only it knows the exact duration;
+ *  - if unstarted fibers are waiting, the monitor starts one extra carrier
+ *    per pinned carrier (up to WEFT_MAX_CARRIERS in all). Extra carriers
+ *    take only unstarted work, since started fibers never move; each extra
+ *    carrier retires after it has been without fibers and without work for a
+ *    while. Because a carrier counts as pinned only after the threshold, the
+ *    number of extra carriers can at most double per threshold: 256 fibers
+ *    that each call nanosleep(200 ms) on 2 carriers reach 256 carriers in
+ *    about 7 thresholds.
+ * An idle runtime must use no CPU: when no carrier has run a fiber for a
+ * while, the monitor parks until a carrier starts running fibers again (the
+ * carrier kicks it), or for at most PARK_NS.
+ */
+#include "../internal.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include "../sys.h"
+#include "sched.h"
+
+#define rt weft__rt_state
+
+/* After this many looks at an idle runtime the monitor parks. */
+#define IDLE_LOOKS 40
+/* A parked monitor looks again after this long anyway (a kick may be missed). */
+#define PARK_NS (250 * 1000000LL)
+
+static void timed_wait(int64_t ns) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + ns;
+  ts.tv_sec = (time_t)(t / 1000000000);
+  ts.tv_nsec = (long)(t % 1000000000);
+  pthread_cond_timedwait(&rt.monitor_cv, &rt.monitor_mu, &ts);
+}
+
+/* One look at every carrier: flag pinned ones, compensate; returns whether any ran a fiber. */
+static bool look(int64_t threshold_ns) {
+  int64_t now = weft_now_ns();
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  size_t pinned = 0;
+  bool busy = false, retired = false;
+  for (unsigned i = 0; i < n; i++) {
+    weft__carrier *c = rt.carriers[i];
+    int st = atomic_load_explicit(&c->status, memory_order_relaxed);
+    if (st == WEFT__C_RETIRED) retired = true;
+    if (st != WEFT__C_RUNNING) continue;
+    int64_t since = atomic_load_explicit(&c->slice_start, memory_order_relaxed);
+    if (!since) continue;
+    busy = true;
+    if (now - since >= threshold_ns) {
+      pinned++;
+      atomic_store_explicit(&c->pinned, true, memory_order_relaxed);
+    }
+  }
+  size_t waiting = pinned ? weft__unstarted_count() : 0;
+  if ((pinned && waiting) || retired) {
+    /* trylock: shutdown holds rt.mu while it stops this thread. */
+    if (pthread_mutex_trylock(&rt.mu) == 0) {
+      weft__carriers_reap_locked();
+      size_t k = pinned < waiting ? pinned : waiting;
+      while (k-- > 0 && atomic_load(&rt.nrunning) < rt.cap)
+        if (weft__carrier_start_locked(true) != 0) break;
+      pthread_mutex_unlock(&rt.mu);
+    }
+  }
+  return busy || atomic_load_explicit(&rt.nextra, memory_order_relaxed) > 0;
+}
+
+static void *monitor_main(void *arg) {
+  WEFT__UNUSED(arg);
+  int64_t threshold_ns = (int64_t)rt.settings.pin_threshold_ms * 1000000;
+  int64_t period = threshold_ns / 4 > 1000000 ? threshold_ns / 4 : 1000000;
+  unsigned idle = 0;
+  pthread_mutex_lock(&rt.monitor_mu);
+  while (!rt.monitor_stop) {
+    if (idle >= IDLE_LOOKS) {
+      atomic_store(&rt.monitor_parked, true);
+      timed_wait(PARK_NS);
+      atomic_store(&rt.monitor_parked, false);
+      idle = 0;
+    } else {
+      timed_wait(period);
+    }
+    if (rt.monitor_stop) break;
+    pthread_mutex_unlock(&rt.monitor_mu);
+    idle = look(threshold_ns) ? 0 : idle + 1;
+    pthread_mutex_lock(&rt.monitor_mu);
+  }
+  pthread_mutex_unlock(&rt.monitor_mu);
+  return NULL;
+}
+
+int weft__monitor_start(void) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&rt.monitor_cv, &a);
+  pthread_condattr_destroy(&a);
+  rt.monitor_stop = false;
+  atomic_store(&rt.monitor_parked, false);
+  /* 256 KiB: small, and above every architecture's PTHREAD_STACK_MIN (128 KiB on aarch64). */
+  int rc = weft__thread_start(&rt.monitor, 256 * 1024, "weft-monitor", monitor_main, NULL);
+  rt.monitor_running = rc == 0;
+  return rc;
+}
+
+void weft__monitor_stop(void) {
+  if (!rt.monitor_running) return;
+  pthread_mutex_lock(&rt.monitor_mu);
+  rt.monitor_stop = true;
+  pthread_cond_signal(&rt.monitor_cv);
+  pthread_mutex_unlock(&rt.monitor_mu);
+  pthread_join(rt.monitor, NULL);
+  rt.monitor_running = false;
+  weft__carriers_reap_locked();
+}
+
+void weft__monitor_kick(void) {
+  pthread_mutex_lock(&rt.monitor_mu);
+  if (atomic_load(&rt.monitor_parked)) pthread_cond_signal(&rt.monitor_cv);
+  pthread_mutex_unlock(&rt.monitor_mu);
+}

@@ -1,0 +1,881 @@
+/*
+ * This file contains weft's M:N fiber scheduler.
+ *
+ * ==== Concepts ===============================================================
+ *
+ * A fiber is a function with a stack of its own, run by a carrier: an OS
+ * thread of weft's, one per CPU in the process's affinity mask by default
+ * (WEFT_CARRIERS). Fibers switch only at weft's calls (park, yield, end), by
+ * the hand-written context switch in context_<arch>.S, never by preemption.
+ * Each carrier has:
+ *
+ *   ready   the started fibers that may run now, FIFO. Only the carrier
+ *           itself touches it (no lock).
+ *   spawn   fibers not yet started, FIFO, under a small lock, because idle
+ *           carriers steal from it.
+ *   inbox   fibers made runnable by other threads, under a lock; the carrier
+ *           moves them to `ready`.
+ *   timers  a binary min-heap of the fibers that wait with a deadline; only
+ *           the carrier touches it.
+ *   poller  an epoll instance (io/poll_epoll.c) where the carrier sleeps when
+ *           it has nothing to run, until a descriptor is ready, a timer is
+ *           due, or another thread writes its eventfd.
+ *
+ * Fibers spawned by a thread that is not a carrier go to one global queue;
+ * carriers take batches from it. A fiber gets its stack only when a carrier
+ * first runs it, so a parallel map of 100,000 elements queues 100,000 small
+ * records, and stacks are touched by the carriers in parallel as they go.
+ *
+ * The scheduler loop of a carrier runs on the carrier's own thread stack. A
+ * fiber that parks, yields or ends switches to it, and it picks the next
+ * fiber: two switches per hand-off, as Go does through g0, which keeps the
+ * scheduler's frames off fiber stacks (100,000 parked fibers each touch one
+ * page) and gives one place to act after a fiber has left its stack (ending
+ * it, or queueing it after a yield).
+ *
+ * ==== Park and unpark ========================================================
+ *
+ * Every wait goes through a waiter (sync/wait.h) that leaves its WAITING
+ * state exactly once, by CAS; only the winner calls weft__fiber_ready. So a
+ * fiber is readied exactly once per park, and always parks exactly once per
+ * wait, even when the wake came before it got to park (that ready is already
+ * in the carrier's inbox and is consumed by the park).
+ *
+ * "Park = switch, then publish" (Go's rule) matters when a fiber can be
+ * resumed on another thread before its registers are saved. Here it cannot:
+ * a fiber is resumed only by its home carrier, and that carrier is busy
+ * switching the fiber out until it is done. So a fiber may publish itself
+ * (put its waiter on a wait list, arm a timer) before it switches, and a
+ * waker on another thread may ready it at once: the fiber lands in the
+ * inbox and runs after the switch has finished. Orderings: the inbox lock
+ * (acquire/release) orders the waker's writes before the fiber's resumption;
+ * the waiter's CAS is acq_rel; the sleep of a carrier pairs a seq_cst fence
+ * after "I am going to sleep" with one after "I pushed work" (Dekker), so a
+ * wake is never lost between the last look for work and epoll_wait.
+ *
+ * ==== Why a started fiber never moves to another carrier =====================
+ *
+ * C code caches the address of thread-local variables. errno is one:
+ * glibc declares __errno_location() `const`, so a compiler may compute &errno
+ * once and reuse it after a call that parked the fiber and resumed it on
+ * another carrier, and would then write another thread's errno. Any
+ * `__thread` variable of the program, or of a library it calls, has the same
+ * problem. No rule that weft could give its users would make that safe, so
+ * weft never resumes a fiber on a thread other than the one it started on:
+ * errno and thread-locals stay those of one OS thread for the fiber's life.
+ *
+ * Load balance comes from where fibers start rather than from moving them:
+ * unstarted fibers (which have no stack and no state) are stolen by idle
+ * carriers, half a victim's queue at a time, and a carrier that finds work
+ * wakes another idle one, so a burst spreads over all carriers before its
+ * fibers start. Blocking work spends its life parked, and a parked fiber
+ * costs its carrier nothing. What this cannot fix is a carrier whose started
+ * fibers all want the CPU at once: they share that carrier. A carrier that a
+ * fiber blocks for long (a plain sleep(), a blocking read) is detected by the
+ * pinning monitor (monitor.c), which starts a temporary extra carrier that
+ * takes the unstarted work.
+ *
+ * ==== OpenMP and fibers ======================================================
+ *
+ * OpenMP keeps per-thread state (team, task, nesting level) in thread-local
+ * storage of the carrier thread. If a fiber parked inside an OpenMP region,
+ * another fiber on the same carrier could enter a region of its own on top
+ * of that state. So:
+ *  - a fiber's CPU parallel map (or CPU future) never runs OpenMP on the
+ *    carrier: it goes to weft's OpenMP team as a job, and the fiber parks
+ *    until the job wakes it (api/pmap.c, cpu/cpu_omp.c);
+ *  - a fiber that enters an OpenMP region itself does not park inside it:
+ *    weft's blocking calls see omp_get_level() > 0 and block the carrier like
+ *    a plain thread (sync/wait.c);
+ *  - an OpenMP task that waits on a fiber's future blocks its OpenMP thread
+ *    on a futex; the fiber runs on a carrier, so it always makes progress;
+ *  - a fiber that waits on a CPU future parks; the task that completes the
+ *    future readies the fiber through its carrier's inbox.
+ *
+ * ==== Alternatives rejected ==================================================
+ *
+ *  - Migrating fibers (Go's model): unsafe for C's errno and thread-locals,
+ *    above.
+ *  - One global run queue: one lock for every switch of every carrier.
+ *  - Switching from fiber to fiber directly: one switch fewer per hand-off,
+ *    but the scheduler's frames would land on every fiber's stack, and
+ *    ending a fiber would need a stack to run on after it has let go of its
+ *    own.
+ *  - Spinning idle carriers: an idle runtime must use no CPU. Carriers sleep
+ *    in epoll_wait, and pay a wake-up (an eventfd write) only when they are
+ *    asleep; a busy carrier is never written to.
+ *  - Preemption by signals: a fiber interrupted at an arbitrary point could
+ *    hold a libc lock; the pinning monitor compensates instead.
+ */
+#include "../internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../api/settings.h"
+#include "../io/poller.h"
+#include "../local/local.h"
+#include "../sys.h"
+#include "annotate.h"
+#include "context.h"
+#include "fiber.h"
+#include "sched.h"
+#include "stack.h"
+
+/* --- queues ---------------------------------------------------------------------- */
+
+static inline void fq_push(weft__fq *q, weft__fiber *f) {
+  f->next = NULL;
+  if (q->tail)
+    q->tail->next = f;
+  else
+    q->head = f;
+  q->tail = f;
+  q->len++;
+}
+
+static inline weft__fiber *fq_pop(weft__fq *q) {
+  weft__fiber *f = q->head;
+  if (f) {
+    q->head = f->next;
+    if (!q->head) q->tail = NULL;
+    q->len--;
+    f->next = NULL;
+  }
+  return f;
+}
+
+/* Append all of src to dst; src becomes empty. */
+static inline void fq_splice(weft__fq *dst, weft__fq *src) {
+  if (!src->head) return;
+  if (dst->tail)
+    dst->tail->next = src->head;
+  else
+    dst->head = src->head;
+  dst->tail = src->tail;
+  dst->len += src->len;
+  src->head = src->tail = NULL;
+  src->len = 0;
+}
+
+/* Move the first k fibers of src to a new queue. */
+static inline weft__fq fq_take(weft__fq *src, size_t k) {
+  weft__fq out = {NULL, NULL, 0};
+  while (k-- > 0) {
+    weft__fiber *f = fq_pop(src);
+    if (!f) break;
+    fq_push(&out, f);
+  }
+  return out;
+}
+
+/* --- the runtime ------------------------------------------------------------------- */
+
+enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
+
+/* How long a compensation carrier stays without work before it retires. */
+#define RETIRE_NS (200 * 1000000LL)
+
+weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                           .quiesce_cv = PTHREAD_COND_INITIALIZER,
+                           .monitor_mu = PTHREAD_MUTEX_INITIALIZER,
+                           .monitor_cv = PTHREAD_COND_INITIALIZER};
+#define rt weft__rt_state
+
+static __thread weft__carrier *tls_carrier;
+
+weft__carrier *weft__carrier_self(void) { return tls_carrier; }
+
+weft__fiber *weft__fiber_self(void) {
+  weft__carrier *c = tls_carrier;
+  return c ? c->current : NULL;
+}
+
+bool weft__fibers_running(void) { return atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING; }
+
+unsigned weft_carrier_count(void) {
+  return weft__fibers_running() ? atomic_load_explicit(&rt.nrunning, memory_order_relaxed) : 0;
+}
+
+void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg) {
+  memset(f, 0, sizeof *f);
+  f->ops = ops;
+  f->arg = arg;
+  weft__tctx_init(&f->tc);
+}
+
+void weft__fiber_get_stats(weft__fiber_stats *out) {
+  out->live = atomic_load(&rt.live);
+  out->spawned = atomic_load(&rt.spawned);
+  out->stacks_in_use = weft__stack_in_use();
+  out->steals = atomic_load(&rt.steals);
+}
+
+/* --- waking idle carriers ------------------------------------------------------ */
+
+/* Wake one sleeping carrier (other than `except`), unless one is already looking for work. */
+static void wake_idle(weft__carrier *except) {
+  if (atomic_load(&rt.nspinning) != 0) return;
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) {
+    weft__carrier *c = rt.carriers[i];
+    if (c == except) continue;
+    if (atomic_load_explicit(&c->poller.sleeping, memory_order_relaxed)) {
+      weft__poller_wake(&c->poller);
+      return;
+    }
+  }
+}
+
+/* --- spawning ---------------------------------------------------------------------- */
+
+static void live_dec(size_t n);
+
+static int spawn_chain(weft__fq *chain) {
+  /*
+   * Count first, then check the state (both seq_cst): shutdown stores
+   * RT_STOPPING and then reads live, so either it sees these fibers and
+   * waits for them, or this call sees RT_STOPPING and backs out.
+   */
+  size_t n = chain->len;
+  atomic_fetch_add(&rt.live, n);
+  if (atomic_load(&rt.state) != RT_RUNNING) {
+    live_dec(n);
+    return -ESHUTDOWN;
+  }
+  atomic_fetch_add_explicit(&rt.spawned, n, memory_order_relaxed);
+  weft__carrier *c = tls_carrier;
+  if (c) {
+    weft__lock_acquire(&c->spawn_lock);
+    fq_splice(&c->spawn, chain);
+    atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
+    weft__lock_release(&c->spawn_lock);
+    atomic_thread_fence(memory_order_seq_cst); /* pairs with the sleeping carrier's fence */
+    wake_idle(c);
+  } else {
+    weft__lock_acquire(&rt.gq_lock);
+    fq_splice(&rt.gq, chain);
+    atomic_store_explicit(&rt.gq_len, rt.gq.len, memory_order_relaxed);
+    weft__lock_release(&rt.gq_lock);
+    atomic_thread_fence(memory_order_seq_cst);
+    wake_idle(NULL);
+  }
+  return 0;
+}
+
+int weft__fiber_spawn(weft__fiber *f) { return weft__fiber_spawn_array(f, 1); }
+
+int weft__fiber_spawn_array(weft__fiber *fs, size_t n) {
+  if (n == 0) return 0;
+  weft__fq chain = {NULL, NULL, 0};
+  uint64_t id = atomic_fetch_add_explicit(&rt.next_id, n, memory_order_relaxed);
+  for (size_t i = 0; i < n; i++) {
+    fs[i].id = id + i + 1;
+    fq_push(&chain, &fs[i]);
+  }
+  return spawn_chain(&chain);
+}
+
+/* --- timers: a binary min-heap per carrier, owned by the carrier ---------------- */
+
+static void heap_set(weft__carrier *c, size_t i, weft__fiber *f) {
+  c->heap[i] = f;
+  f->timer_slot = i;
+}
+
+static void heap_up(weft__carrier *c, size_t i) {
+  weft__fiber *f = c->heap[i];
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (c->heap[p]->timer_deadline <= f->timer_deadline) break;
+    heap_set(c, i, c->heap[p]);
+    i = p;
+  }
+  heap_set(c, i, f);
+}
+
+static void heap_down(weft__carrier *c, size_t i) {
+  weft__fiber *f = c->heap[i];
+  size_t n = c->heap_len;
+  for (;;) {
+    size_t l = 2 * i + 1, m = i;
+    int64_t best = f->timer_deadline;
+    if (l < n && c->heap[l]->timer_deadline < best) {
+      m = l;
+      best = c->heap[l]->timer_deadline;
+    }
+    if (l + 1 < n && c->heap[l + 1]->timer_deadline < best) m = l + 1;
+    if (m == i) break;
+    heap_set(c, i, c->heap[m]);
+    i = m;
+  }
+  heap_set(c, i, f);
+}
+
+static void heap_remove(weft__carrier *c, size_t i) {
+  weft__fiber *last = c->heap[--c->heap_len];
+  if (i == c->heap_len) return;
+  heap_set(c, i, last);
+  if (i > 0 && c->heap[(i - 1) / 2]->timer_deadline > last->timer_deadline)
+    heap_up(c, i);
+  else
+    heap_down(c, i);
+}
+
+void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
+  weft__carrier *c = self->home;
+  if (c->heap_len == c->heap_cap) {
+    size_t cap = c->heap_cap ? c->heap_cap * 2 : 256;
+    weft__fiber **h = weft__realloc(c->heap, cap * sizeof *h);
+    if (!h) {
+      /*
+       * No memory for the timer: the wait ends at once as if the deadline
+       * had passed. Callers loop on -ETIMEDOUT only when the time has
+       * really come, so a sleep retries; it never hangs forever.
+       */
+      weft__waiter_resolve(w, WEFT__W_TIMEDOUT);
+      return;
+    }
+    c->heap = h;
+    c->heap_cap = cap;
+  }
+  self->timer_deadline = deadline_ns > 0 ? deadline_ns : 1;
+  self->timer_waiter = w;
+  c->heap[c->heap_len++] = self;
+  heap_up(c, c->heap_len - 1);
+}
+
+void weft__fiber_timer_disarm(weft__fiber *self) {
+  if (!self->timer_deadline) return;
+  heap_remove(self->home, self->timer_slot);
+  self->timer_deadline = 0;
+  self->timer_waiter = NULL;
+}
+
+/* Fire the due timers; returns the next deadline, or -1 when none is armed. */
+static int64_t run_timers(weft__carrier *c) {
+  if (c->heap_len == 0) return -1;
+  int64_t now = weft_now_ns();
+  while (c->heap_len > 0 && c->heap[0]->timer_deadline <= now) {
+    weft__fiber *f = c->heap[0];
+    heap_remove(c, 0);
+    weft__waiter *w = f->timer_waiter;
+    f->timer_deadline = 0;
+    f->timer_waiter = NULL;
+    weft__waiter_resolve(w, WEFT__W_TIMEDOUT);
+  }
+  return c->heap_len ? c->heap[0]->timer_deadline : -1;
+}
+
+/* --- switching --------------------------------------------------------------------- */
+
+/* The fiber's first frame: run its entry, then leave for good. */
+static void fiber_main(void *arg) {
+  weft__fiber *f = arg;
+  WEFT__ASAN_FINISH(NULL);
+  f->ops->entry(f);
+  /* The fiber's local values die with it; destructors run on its own stack (they may park). */
+  weft__locals_release(&f->tc);
+  weft__carrier *c = f->home;
+  c->after = WEFT__AFTER_EXIT;
+  WEFT__ASAN_START(NULL, c->native_bottom, c->native_size);
+  WEFT__TSAN_SWITCH(c->tsan_self);
+  weft__ctx_switch(&f->sp, c->sched_sp, NULL);
+  weft__die("an ended fiber was resumed");
+}
+
+/* The monitor flagged this slice as pinning the carrier: say so, with how long and where. */
+static void report_pinned(weft__carrier *c, weft__fiber *f, int64_t start) {
+  atomic_store_explicit(&c->pinned, false, memory_order_relaxed);
+  if (!rt.settings.trace_pinned) return;
+  char where[160];
+  weft__describe_site(f->spawn_site, where, sizeof where);
+  weft__warn("fiber %llu held carrier %u for %lld ms without parking (blocking call or long computation; "
+             "started at %s)",
+             (unsigned long long)f->id, c->id, (long long)((weft_now_ns() - start) / 1000000), where);
+}
+
+/* From the scheduler into fiber f, until it switches back. */
+static void run_fiber(weft__carrier *c, weft__fiber *f) {
+  c->current = f;
+  int64_t start = weft_now_ns();
+  atomic_store_explicit(&c->slice_fiber, f->id, memory_order_relaxed);
+  atomic_store_explicit(&c->slice_start, start, memory_order_relaxed);
+  if (WEFT__UNLIKELY(atomic_load_explicit(&rt.monitor_parked, memory_order_relaxed))) weft__monitor_kick();
+  WEFT__ASAN_START(&c->asan_fake, f->stack_base, f->stack_size);
+  WEFT__TSAN_SWITCH(f->san_tsan_fiber);
+  weft__ctx_switch(&c->sched_sp, f->sp, f);
+  WEFT__ASAN_FINISH(c->asan_fake);
+  atomic_store_explicit(&c->slice_start, 0, memory_order_relaxed);
+  if (WEFT__UNLIKELY(atomic_load_explicit(&c->pinned, memory_order_relaxed))) report_pinned(c, f, start);
+  c->current = NULL;
+}
+
+/*
+ * From the running fiber back to its carrier's scheduler. errno is saved and
+ * restored around the switch, so each fiber has its own, as each thread
+ * does: other fibers of the carrier run in between and set it.
+ */
+static void to_scheduler(weft__carrier *c, weft__fiber *f, int after) {
+  int saved_errno = errno;
+  c->after = after;
+  WEFT__ASAN_START(&f->san_fake_stack, c->native_bottom, c->native_size);
+  WEFT__TSAN_SWITCH(c->tsan_self);
+  weft__ctx_switch(&f->sp, c->sched_sp, NULL);
+  WEFT__ASAN_FINISH(f->san_fake_stack);
+  errno = saved_errno;
+}
+
+void weft__fiber_park(void) {
+  weft__carrier *c = tls_carrier;
+  to_scheduler(c, c->current, WEFT__AFTER_PARK);
+}
+
+void weft__fiber_yield(void) {
+  weft__carrier *c = tls_carrier;
+  to_scheduler(c, c->current, WEFT__AFTER_YIELD);
+}
+
+void weft__fiber_ready(weft__fiber *f) {
+  weft__carrier *home = f->home;
+  if (home == tls_carrier) {
+    fq_push(&home->ready, f); /* the owner itself: no lock */
+    return;
+  }
+  weft__lock_acquire(&home->inbox_lock);
+  fq_push(&home->inbox, f);
+  atomic_store_explicit(&home->inbox_len, home->inbox.len, memory_order_relaxed);
+  weft__lock_release(&home->inbox_lock);
+  weft__poller_wake(&home->poller);
+}
+
+/* Give f a stack and a context; false (after nostack) when there is no stack to be had. */
+static bool start_fiber(weft__carrier *c, weft__fiber *f) {
+  void *base, *cookie;
+  size_t size;
+  if (weft__stack_alloc(&base, &size, &cookie) != 0) {
+    f->ops->nostack(f);
+    live_dec(1);
+    return false;
+  }
+  f->stack_base = base;
+  f->stack_size = size;
+  f->stack_cookie = cookie;
+  f->home = c;
+  f->flags |= WEFT__FIBER_STARTED;
+  f->san_tsan_fiber = WEFT__TSAN_CREATE();
+  f->sp = weft__ctx_make(base, size, fiber_main);
+  c->homed++;
+  return true;
+}
+
+/* n fibers are done (or never were): the last one lets a waiting shutdown go on. */
+static void live_dec(size_t n) {
+  /* seq_cst: pairs with weft__fibers_shutdown's store of quiesce_waiting. */
+  if (atomic_fetch_sub(&rt.live, n) == n && atomic_load(&rt.quiesce_waiting)) {
+    pthread_mutex_lock(&rt.mu);
+    pthread_cond_broadcast(&rt.quiesce_cv);
+    pthread_mutex_unlock(&rt.mu);
+  }
+}
+
+/* After f switched back to the scheduler: what it asked for. */
+static void after_switch(weft__carrier *c, weft__fiber *f) {
+  switch (c->after) {
+  case WEFT__AFTER_YIELD:
+    /* Behind everything runnable, new work included (Go puts it on the global queue). */
+    fq_push(&c->yielded, f);
+    break;
+  case WEFT__AFTER_EXIT: {
+    WEFT__TSAN_DESTROY(f->san_tsan_fiber);
+    weft__stack_free(f->stack_cookie);
+    c->homed--;
+    f->ops->done(f); /* may free f */
+    live_dec(1);
+    break;
+  }
+  default: /* parked: whoever resolves its waiter readies it */
+    break;
+  }
+}
+
+/* --- finding work ---------------------------------------------------------------- */
+
+static void drain_inbox(weft__carrier *c) {
+  if (atomic_load_explicit(&c->inbox_len, memory_order_relaxed) == 0) return;
+  weft__lock_acquire(&c->inbox_lock);
+  fq_splice(&c->ready, &c->inbox);
+  atomic_store_explicit(&c->inbox_len, 0, memory_order_relaxed);
+  weft__lock_release(&c->inbox_lock);
+}
+
+static weft__fiber *pop_spawn(weft__carrier *c) {
+  if (atomic_load_explicit(&c->spawn_len, memory_order_relaxed) == 0) return NULL;
+  weft__lock_acquire(&c->spawn_lock);
+  weft__fiber *f = fq_pop(&c->spawn);
+  atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
+  weft__lock_release(&c->spawn_lock);
+  return f;
+}
+
+/* Move a batch from the global queue to c's spawn queue; return one to run. */
+static weft__fiber *take_global(weft__carrier *c) {
+  if (atomic_load_explicit(&rt.gq_len, memory_order_relaxed) == 0) return NULL;
+  weft__lock_acquire(&rt.gq_lock);
+  size_t n = atomic_load_explicit(&rt.ncarriers, memory_order_relaxed);
+  size_t k = rt.gq.len / (n ? n : 1) + 1;
+  if (k > 256) k = 256;
+  weft__fq batch = fq_take(&rt.gq, k);
+  atomic_store_explicit(&rt.gq_len, rt.gq.len, memory_order_relaxed);
+  weft__lock_release(&rt.gq_lock);
+  weft__fiber *f = fq_pop(&batch);
+  if (batch.len) {
+    weft__lock_acquire(&c->spawn_lock);
+    fq_splice(&c->spawn, &batch);
+    atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
+    weft__lock_release(&c->spawn_lock);
+  }
+  return f;
+}
+
+/* Take half of another carrier's unstarted fibers. */
+static weft__fiber *steal(weft__carrier *c) {
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  unsigned start = (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
+  for (unsigned k = 0; k < n; k++) {
+    weft__carrier *v = rt.carriers[(start + k) % n];
+    if (v == c || atomic_load_explicit(&v->spawn_len, memory_order_relaxed) == 0) continue;
+    weft__lock_acquire(&v->spawn_lock);
+    weft__fq got = fq_take(&v->spawn, (v->spawn.len + 1) / 2);
+    atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
+    weft__lock_release(&v->spawn_lock);
+    weft__fiber *f = fq_pop(&got);
+    if (!f) continue;
+    atomic_fetch_add_explicit(&rt.steals, 1 + got.len, memory_order_relaxed);
+    if (got.len) {
+      weft__lock_acquire(&c->spawn_lock);
+      fq_splice(&c->spawn, &got);
+      atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
+      weft__lock_release(&c->spawn_lock);
+    }
+    return f;
+  }
+  return NULL;
+}
+
+/* Is there any work that c could take, anywhere? (Before it sleeps.) */
+static bool work_visible(weft__carrier *c) {
+  if (atomic_load(&c->inbox_len) || atomic_load(&c->spawn_len) || atomic_load(&rt.gq_len)) return true;
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load(&rt.carriers[i]->spawn_len)) return true;
+  return false;
+}
+
+/* The next fiber to run, sleeping when there is none; NULL when the runtime stops. */
+static weft__fiber *find_runnable(weft__carrier *c) {
+  for (;;) {
+    c->tick++;
+    int64_t next_timer = run_timers(c);
+    drain_inbox(c);
+    weft__fiber *f;
+    /*
+     * Now and then, new work and yielded fibers first, so that neither can
+     * be starved by fibers that keep waking each other.
+     */
+    if (c->tick % 61 == 0) {
+      /* Descriptors and ring completions of a busy carrier: look without waiting. */
+      if (weft__poller_busy(&c->poller)) weft__poller_wait(&c->poller, 0);
+      fq_splice(&c->ready, &c->yielded);
+      if ((f = pop_spawn(c)) || (f = take_global(c))) return f;
+    }
+    if ((f = fq_pop(&c->ready)) || (f = pop_spawn(c))) return f;
+
+    atomic_fetch_add(&rt.nspinning, 1);
+    f = take_global(c);
+    if (!f) f = steal(c);
+    atomic_fetch_sub(&rt.nspinning, 1);
+    if (f) {
+      /* There may be more where this came from: let another idle carrier look. */
+      if (atomic_load_explicit(&rt.gq_len, memory_order_relaxed) || c->spawn_len) wake_idle(c);
+      return f;
+    }
+    if (c->yielded.head) {
+      fq_splice(&c->ready, &c->yielded);
+      continue;
+    }
+    /* Shutdown sets exit only once no fiber is left anywhere. */
+    if (atomic_load(&rt.exit)) return NULL;
+
+    /*
+     * A compensation carrier with no fiber of its own left retires after
+     * RETIRE_NS without work: the pinned carriers it stood in for have come
+     * back, or the burst is over.
+     */
+    int64_t wake_at = next_timer;
+    if (c->extra && c->homed == 0 && c->heap_len == 0 && !weft__poller_busy(&c->poller)) {
+      int64_t now = weft_now_ns();
+      if (!c->idle_since) c->idle_since = now;
+      if (now - c->idle_since >= RETIRE_NS) return NULL;
+      wake_at = c->idle_since + RETIRE_NS;
+    }
+
+    /* Announce the sleep, then look once more (the Dekker pair with wakers). */
+    weft__poller_prepare_sleep(&c->poller);
+    if (work_visible(c) || atomic_load(&rt.exit)) {
+      weft__poller_cancel_sleep(&c->poller);
+      continue;
+    }
+    weft__poller_wait(&c->poller, wake_at);
+  }
+}
+
+static void sched_loop(weft__carrier *c) {
+  weft__fiber *f;
+  while ((f = find_runnable(c)) != NULL) {
+    c->idle_since = 0;
+    if (!(f->flags & WEFT__FIBER_STARTED) && !start_fiber(c, f)) continue;
+    run_fiber(c, f);
+    after_switch(c, f);
+  }
+}
+
+/* --- carriers ---------------------------------------------------------------------- */
+
+static void native_stack_bounds(weft__carrier *c) {
+  pthread_attr_t a;
+  if (pthread_getattr_np(pthread_self(), &a) == 0) {
+    pthread_attr_getstack(&a, &c->native_bottom, &c->native_size);
+    pthread_attr_destroy(&a);
+  }
+}
+
+static void *carrier_main(void *arg) {
+  weft__carrier *c = arg;
+  tls_carrier = c;
+  native_stack_bounds(c);
+  c->tsan_self = WEFT__TSAN_CURRENT();
+  weft__stack_thread_init(); /* without it an overflow still ends the process, just with no message */
+  sched_loop(c);
+  weft__stack_thread_fini();
+  tls_carrier = NULL;
+  if (c->extra) atomic_fetch_sub(&rt.nextra, 1);
+  atomic_fetch_sub(&rt.nrunning, 1);
+  /* Release: whoever joins the thread sees the carrier's final state. */
+  atomic_store_explicit(&c->status, WEFT__C_RETIRED, memory_order_release);
+  return NULL;
+}
+
+static void carrier_free(weft__carrier *c) {
+  weft__poller_fini(&c->poller);
+  weft__free(c->heap);
+  weft__free(c);
+}
+
+static int carrier_new(unsigned id, weft__carrier **out) {
+  weft__carrier *c = weft__malloc_aligned(WEFT__CACHELINE, sizeof *c);
+  if (!c) return -ENOMEM;
+  memset(c, 0, sizeof *c);
+  c->id = id;
+  c->rand = 0x9E3779B97F4A7C15ull * (id + 1);
+  weft__lock_init(&c->spawn_lock);
+  weft__lock_init(&c->inbox_lock);
+  int rc = weft__poller_init(&c->poller);
+  if (rc < 0) {
+    weft__free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int weft__carrier_start_locked(bool extra) {
+  /* A slot whose thread has been joined is reused: carriers are never freed while running. */
+  unsigned n = atomic_load(&rt.ncarriers), id = n;
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load(&rt.carriers[i]->status) == WEFT__C_JOINED) {
+      id = i;
+      break;
+    }
+  weft__carrier *c;
+  if (id < n) {
+    c = rt.carriers[id];
+  } else {
+    if (id >= rt.cap) return -EAGAIN;
+    int rc = carrier_new(id, &c);
+    if (rc < 0) return rc;
+    rt.carriers[id] = c;
+  }
+  c->extra = extra;
+  c->idle_since = 0;
+  char name[32];
+  snprintf(name, sizeof name, extra ? "weft-extra-%u" : "weft-carrier-%u", id);
+  atomic_store(&c->status, WEFT__C_RUNNING);
+  int rc = weft__thread_start(&c->thread, 0, name, carrier_main, c);
+  if (rc < 0) {
+    atomic_store(&c->status, WEFT__C_JOINED);
+    if (id == n) {
+      rt.carriers[id] = NULL;
+      carrier_free(c);
+    }
+    return rc;
+  }
+  atomic_fetch_add(&rt.nrunning, 1);
+  if (extra) atomic_fetch_add(&rt.nextra, 1);
+  /* Release: stealers that see the new count see the carrier's fields. */
+  if (id == n) atomic_store_explicit(&rt.ncarriers, n + 1, memory_order_release);
+  return 0;
+}
+
+void weft__carriers_reap_locked(void) {
+  unsigned n = atomic_load(&rt.ncarriers);
+  for (unsigned i = 0; i < n; i++) {
+    weft__carrier *c = rt.carriers[i];
+    if (atomic_load_explicit(&c->status, memory_order_acquire) == WEFT__C_RETIRED) {
+      pthread_join(c->thread, NULL);
+      atomic_store(&c->status, WEFT__C_JOINED);
+    }
+  }
+}
+
+size_t weft__unstarted_count(void) {
+  size_t u = atomic_load_explicit(&rt.gq_len, memory_order_relaxed);
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) u += atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed);
+  return u;
+}
+
+/* With live == 0 and RT_STOPPING set: let the carriers go and release everything. */
+static void stop_carriers_locked(void) {
+  unsigned n = atomic_load(&rt.ncarriers);
+  atomic_store(&rt.exit, true); /* seq_cst: pairs with the carriers' sleep announcement */
+  for (unsigned i = 0; i < n; i++) weft__poller_wake(&rt.carriers[i]->poller);
+  pthread_mutex_unlock(&rt.mu);
+  for (unsigned i = 0; i < n; i++)
+    if (atomic_load(&rt.carriers[i]->status) != WEFT__C_JOINED) pthread_join(rt.carriers[i]->thread, NULL);
+  pthread_mutex_lock(&rt.mu);
+  atomic_store(&rt.exit, false);
+  for (unsigned i = 0; i < n; i++) {
+    carrier_free(rt.carriers[i]);
+    rt.carriers[i] = NULL;
+  }
+  atomic_store(&rt.ncarriers, 0);
+  atomic_store(&rt.nrunning, 0);
+  atomic_store(&rt.nextra, 0);
+  weft__free(rt.carriers);
+  rt.carriers = NULL;
+  rt.cap = 0;
+  weft__stack_fini();
+  atomic_store_explicit(&rt.state, RT_STOPPED, memory_order_release);
+}
+
+int weft__fibers_start(void) {
+  if (WEFT__LIKELY(atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING)) return 0;
+  pthread_mutex_lock(&rt.mu);
+  int rc = 0;
+  int st = atomic_load(&rt.state);
+  if (st == RT_RUNNING) goto out;
+  if (st == RT_STOPPING) {
+    rc = -ESHUTDOWN;
+    goto out;
+  }
+  weft__settings s;
+  weft__settings_get(&s);
+  if (!s.fibers) {
+    rc = -ENOSYS; /* switched off: the caller falls back, quietly */
+    goto out;
+  }
+  weft__atfork_init();
+  rc = weft__stack_init(s.stack_size);
+  if (rc < 0) goto fail;
+  weft__stack_overflow_install();
+  rt.cap = s.max_carriers;
+  rt.carriers = weft__calloc(rt.cap, sizeof *rt.carriers);
+  if (!rt.carriers) {
+    rc = -ENOMEM;
+    weft__stack_fini();
+    goto fail;
+  }
+  rt.settings = s;
+  atomic_store(&rt.state, RT_RUNNING); /* carriers check it as they start */
+  for (unsigned i = 0; i < s.carriers; i++) {
+    rc = weft__carrier_start_locked(false);
+    if (rc < 0) break;
+  }
+  unsigned started = atomic_load(&rt.ncarriers);
+  if (started == 0) {
+    weft__free(rt.carriers);
+    rt.carriers = NULL;
+    rt.cap = 0;
+    weft__stack_fini();
+    atomic_store(&rt.state, RT_STOPPED);
+    goto fail;
+  }
+  /* Without its monitor the runtime still works; it just cannot compensate for pinned carriers. */
+  if (weft__monitor_start() < 0 && !rt.warned_fewer) weft__warn("the pinning monitor could not start");
+  if (started < s.carriers && !rt.warned_fewer) {
+    rt.warned_fewer = true;
+    weft__warn("started %u of %u carrier threads (%s); fibers run on fewer", started, s.carriers,
+               weft_strerror(rc));
+  }
+  rc = 0;
+  goto out;
+fail:
+  if (!rt.warned_fallback) {
+    rt.warned_fallback = true;
+    weft__warn("the fiber runtime could not start (%s); blocking work runs on the CPU path", weft_strerror(rc));
+  }
+out:
+  pthread_mutex_unlock(&rt.mu);
+  return rc;
+}
+
+void weft__fibers_shutdown(void) {
+  pthread_mutex_lock(&rt.mu);
+  if (atomic_load(&rt.state) != RT_RUNNING) {
+    pthread_mutex_unlock(&rt.mu);
+    return;
+  }
+  /* Wait for every fiber to end; the last one signals (after_switch). */
+  atomic_store(&rt.quiesce_waiting, true);
+  for (;;) {
+    while (atomic_load(&rt.live) != 0) pthread_cond_wait(&rt.quiesce_cv, &rt.mu);
+    /* Close the door, then look again: a spawn may have counted itself in between. */
+    atomic_store(&rt.state, RT_STOPPING);
+    if (atomic_load(&rt.live) == 0) break;
+    atomic_store(&rt.state, RT_RUNNING);
+  }
+  atomic_store(&rt.quiesce_waiting, false);
+  weft__monitor_stop();
+  stop_carriers_locked();
+  pthread_mutex_unlock(&rt.mu);
+}
+
+void weft__fibers_atfork_child(void) {
+  /* The carriers did not come along; their memory is the parent's business. */
+  pthread_mutex_init(&rt.mu, NULL);
+  pthread_cond_init(&rt.quiesce_cv, NULL);
+  atomic_store(&rt.state, RT_STOPPED);
+  atomic_store(&rt.ncarriers, 0);
+  atomic_store(&rt.nrunning, 0);
+  atomic_store(&rt.nspinning, 0);
+  atomic_store(&rt.live, 0);
+  atomic_store(&rt.gq_len, 0);
+  rt.gq.head = rt.gq.tail = NULL;
+  rt.gq.len = 0;
+  weft__lock_init(&rt.gq_lock);
+  rt.carriers = NULL;
+  rt.cap = 0;
+  tls_carrier = NULL;
+}
+
+bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_size) {
+  weft__carrier *c = tls_carrier;
+  if (!c || !c->current) return false;
+  weft__fiber *f = c->current;
+  if (!weft__stack_guard_contains(f->stack_cookie, addr)) return false;
+  *fiber_id = f->id;
+  *stack_size = f->stack_size;
+  return true;
+}

@@ -1,0 +1,238 @@
+/*
+ * This file contains the Linux poller (see poller.h): one epoll instance per
+ * carrier, with an eventfd for wake-ups, epoll_pwait2 for nanosecond
+ * timeouts where the kernel has it (Linux 5.11; else epoll_wait with the
+ * timeout rounded up to the next millisecond, never early), and the
+ * descriptor waits of the carrier's fibers.
+ *
+ * Descriptor waits are armed one shot at a time (EPOLLONESHOT): each wait
+ * arms the descriptor for what its waiters want, and each event disarms it.
+ * weft does not own the descriptors it is given: the program may close one
+ * and open another under the same number at any moment, and a persistent
+ * registration would then silently watch nothing. A one-shot registration
+ * holds no state that can go stale, and arming it on a descriptor that is
+ * already ready reports the readiness at once, so no edge is lost between
+ * the failed attempt (EAGAIN) and the wait. The price is one epoll_ctl per
+ * wait. An event for a descriptor that was closed and reused wakes its new
+ * waiter for nothing; every I/O call retries after a wake, so that costs one
+ * attempt, never a wrong result.
+ */
+#include "poller.h"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../fiber/fiber.h"
+#include "../sys.h"
+#include "uring.h"
+
+/* epoll_data.u64: the kind of source in the high half, a descriptor in the low half. */
+enum { TAG_WAKE = 1, TAG_FD = 2, TAG_URING = 3 };
+#define TAG(kind, fd) (((uint64_t)(kind) << 32) | (uint32_t)(fd))
+
+int weft__poller_init(weft__poller *p) {
+  p->epfd = p->wakefd = -1;
+  atomic_init(&p->sleeping, 0);
+  p->has_pwait2 = true;
+  p->fds = NULL;
+  p->nfds = 0;
+  p->waiting = 0;
+  p->uring = NULL;
+  int ep = weft__epoll_create();
+  if (ep < 0) return ep;
+  int ev = weft__eventfd();
+  if (ev < 0) {
+    close(ep);
+    return ev;
+  }
+  struct epoll_event e = {.events = EPOLLIN, .data.u64 = TAG(TAG_WAKE, 0)};
+  int rc = weft__epoll_ctl(ep, EPOLL_CTL_ADD, ev, &e);
+  if (rc < 0) {
+    close(ev);
+    close(ep);
+    return rc;
+  }
+  p->epfd = ep;
+  p->wakefd = ev;
+  return 0;
+}
+
+void weft__poller_fini(weft__poller *p) {
+  weft__uring_fini(p);
+  if (p->wakefd >= 0) close(p->wakefd);
+  if (p->epfd >= 0) close(p->epfd);
+  p->epfd = p->wakefd = -1;
+  weft__free(p->fds);
+  p->fds = NULL;
+  p->nfds = 0;
+}
+
+void weft__poller_prepare_sleep(weft__poller *p) {
+  atomic_store(&p->sleeping, 1);
+  /* Pairs with the fence in weft__poller_wake: either the waker sees
+     sleeping == 1, or our next look for work sees what it pushed. */
+  atomic_thread_fence(memory_order_seq_cst);
+}
+
+void weft__poller_cancel_sleep(weft__poller *p) { atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed); }
+
+void weft__poller_wake(weft__poller *p) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&p->sleeping, memory_order_relaxed) == 0) return;
+  /* One write per sleep: whoever clears the flag writes. */
+  if (atomic_exchange(&p->sleeping, 0) == 1) {
+    uint64_t one = 1;
+    ssize_t r = write(p->wakefd, &one, sizeof one);
+    WEFT__UNUSED(r); /* EAGAIN: the counter is already non-zero, the owner will wake */
+  }
+}
+
+bool weft__poller_busy(const weft__poller *p) { return p->waiting > 0 || weft__uring_busy(p); }
+
+/* --- descriptor waits ------------------------------------------------------------------ */
+
+static weft__fdwait *slot(weft__poller *p, int fd) {
+  if ((size_t)fd >= p->nfds) {
+    size_t n = p->nfds ? p->nfds : 64;
+    while (n <= (size_t)fd) n *= 2;
+    weft__fdwait *t = weft__realloc(p->fds, n * sizeof *t);
+    if (!t) return NULL;
+    for (size_t i = p->nfds; i < n; i++) t[i] = (weft__fdwait){NULL, NULL, false};
+    p->fds = t;
+    p->nfds = n;
+  }
+  return &p->fds[fd];
+}
+
+/* Arm fd for what its waiters want now. */
+static int arm(weft__poller *p, int fd, weft__fdwait *s) {
+  struct epoll_event e = {.events = EPOLLONESHOT | EPOLLRDHUP, .data.u64 = TAG(TAG_FD, fd)};
+  if (s->rd) e.events |= EPOLLIN;
+  if (s->wr) e.events |= EPOLLOUT;
+  int op = s->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+  int rc = weft__epoll_ctl(p->epfd, op, fd, &e);
+  /* The hint was stale: the descriptor was closed (and maybe reopened) since. */
+  if (rc == -ENOENT && op == EPOLL_CTL_MOD) rc = weft__epoll_ctl(p->epfd, op = EPOLL_CTL_ADD, fd, &e);
+  else if (rc == -EEXIST && op == EPOLL_CTL_ADD) rc = weft__epoll_ctl(p->epfd, op = EPOLL_CTL_MOD, fd, &e);
+  s->registered = rc == 0;
+  return rc;
+}
+
+int weft__poller_wait_fd(weft__poller *p, int fd, short events, int64_t deadline_ns) {
+  weft__fdwait *s = slot(p, fd);
+  if (!s) return -ENOMEM;
+  bool want_rd = events & POLLIN, want_wr = events & POLLOUT;
+  if ((want_rd && s->rd) || (want_wr && s->wr)) return -EBUSY;
+  weft__waiter w;
+  weft__waiter_init(&w, true);
+  if (want_rd) s->rd = &w;
+  if (want_wr) s->wr = &w;
+  int rc = arm(p, fd, s);
+  if (rc < 0) {
+    if (want_rd) s->rd = NULL;
+    if (want_wr) s->wr = NULL;
+    return rc;
+  }
+  p->waiting++;
+  uint32_t st = weft__waiter_wait(&w, deadline_ns);
+  p->waiting--;
+  /*
+   * The event handler clears the slot of a waiter it wakes. One that timed
+   * out or was cancelled clears its own; the registration stays armed, and
+   * an event that comes later finds no waiter and only re-arms for the
+   * other direction, if someone waits there.
+   */
+  s = &p->fds[fd]; /* the table may have grown (and moved) while we waited */
+  if (want_rd && s->rd == &w) s->rd = NULL;
+  if (want_wr && s->wr == &w) s->wr = NULL;
+  if (st == WEFT__W_WOKEN) return (int)w.aux;
+  return weft__waiter_errno(st);
+}
+
+/* An event for fd: wake whoever it satisfies, re-arm for whoever still waits. */
+static int on_fd_event(weft__poller *p, int fd, uint32_t ev) {
+  if ((size_t)fd >= p->nfds) return 0;
+  weft__fdwait *s = &p->fds[fd];
+  int woken = 0;
+  short revents = (short)((ev & EPOLLIN ? POLLIN : 0) | (ev & EPOLLOUT ? POLLOUT : 0) |
+                          (ev & EPOLLERR ? POLLERR : 0) | (ev & EPOLLHUP ? POLLHUP : 0) |
+                          (ev & EPOLLRDHUP ? POLLRDHUP : 0) | (ev & EPOLLPRI ? POLLPRI : 0));
+  bool rd_ready = ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI);
+  bool wr_ready = ev & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+  weft__waiter *r = s->rd, *w = s->wr;
+  if (r && rd_ready) {
+    s->rd = NULL;
+    r->aux = (uintptr_t)(unsigned short)revents;
+    woken += weft__waiter_wake(r);
+  }
+  if (w && wr_ready && w != r) {
+    s->wr = NULL;
+    w->aux = (uintptr_t)(unsigned short)revents;
+    woken += weft__waiter_wake(w);
+  } else if (w == r && r && rd_ready) {
+    s->wr = NULL; /* one waiter for both directions: already woken */
+  }
+  /* The shot is spent: arm again for a direction that still waits. */
+  if (s->rd || s->wr) arm(p, fd, s);
+  return woken;
+}
+
+/* --- waiting --------------------------------------------------------------------------- */
+
+static int64_t mono_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
+  struct epoll_event evs[128];
+  int n;
+  for (;;) {
+    int64_t left = -1;
+    if (deadline_ns == 0) {
+      left = 0;
+    } else if (deadline_ns > 0) {
+      left = deadline_ns - mono_now();
+      if (left < 0) left = 0;
+    }
+    if (p->has_pwait2) {
+      struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+      n = (int)syscall(SYS_epoll_pwait2, p->epfd, evs, 128, left < 0 ? NULL : &ts, NULL, 0);
+      if (n < 0 && errno == ENOSYS) {
+        p->has_pwait2 = false;
+        continue;
+      }
+    } else {
+      int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
+      n = epoll_wait(p->epfd, evs, 128, ms);
+    }
+    if (n >= 0 || errno != EINTR) break;
+  }
+  atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed);
+  int woken = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t tag = evs[i].data.u64;
+    switch ((int)(tag >> 32)) {
+    case TAG_WAKE: {
+      uint64_t v;
+      ssize_t r = read(p->wakefd, &v, sizeof v);
+      WEFT__UNUSED(r);
+      break;
+    }
+    case TAG_FD:
+      woken += on_fd_event(p, (int)(uint32_t)tag, evs[i].events);
+      break;
+    case TAG_URING:
+      woken += weft__uring_reap(p);
+      break;
+    default:
+      break;
+    }
+  }
+  return woken;
+}

@@ -1,0 +1,75 @@
+/*
+ * This file contains the poller: the one place where a carrier sleeps in the
+ * kernel, and where fibers wait for descriptors. Each carrier owns one
+ * poller; it waits there when it has nothing to run, until a descriptor it
+ * watches is ready, another thread wakes it (new work), or its next timer is
+ * due. Busy carriers look at it now and then without waiting. The
+ * implementation is per platform (poll_epoll.c on Linux).
+ *
+ * Descriptor waits belong to the poller of the waiting fiber's carrier, and
+ * only that carrier touches them: fibers never move, so a fiber's wait is
+ * armed, delivered, timed out and taken back on one thread, with no lock.
+ * Two fibers on two carriers may wait on one descriptor (a reader here, a
+ * writer there): each carrier arms its own registration.
+ */
+#ifndef WEFT_IO_POLLER_H
+#define WEFT_IO_POLLER_H
+
+#include "../internal.h"
+#include "../sync/wait.h"
+
+/* The waiters of one descriptor on one carrier. */
+typedef struct weft__fdwait {
+  weft__waiter *rd;  /* waiting to read (POLLIN), or NULL */
+  weft__waiter *wr;  /* waiting to write (POLLOUT), or NULL */
+  bool registered;   /* added to this poller's epoll (a hint: close() removes it) */
+} weft__fdwait;
+
+typedef struct weft__poller {
+  int epfd;              /* the epoll instance */
+  int wakefd;            /* an eventfd that other threads write to wake the carrier */
+  atomic_int sleeping;   /* 1 while the owner is in (or entering) its wait: wakers write only then */
+  bool has_pwait2;       /* epoll_pwait2 (nanosecond timeouts) works here */
+  weft__fdwait *fds;     /* indexed by descriptor: owner only */
+  size_t nfds;           /* entries in fds */
+  size_t waiting;        /* descriptor waits armed now: owner only */
+  void *uring;           /* the carrier's io_uring (uring.c), or NULL */
+} weft__poller;
+
+/* Open the poller. 0 or -errno (nothing is left open on failure). */
+int weft__poller_init(weft__poller *p);
+void weft__poller_fini(weft__poller *p);
+
+/*
+ * The owner announces that it is about to sleep; it must then look for work
+ * once more before calling weft__poller_wait (wakers that pushed work before
+ * the announcement are seen by that look, later ones write the eventfd).
+ */
+void weft__poller_prepare_sleep(weft__poller *p);
+/* The owner found work after all: cancel the announcement. */
+void weft__poller_cancel_sleep(weft__poller *p);
+
+/*
+ * Wait until an event, a wake or the deadline (-1: none, 0: just look).
+ * Ready descriptors wake their waiters. Returns how many waiters were woken.
+ * Only the owner calls it.
+ */
+int weft__poller_wait(weft__poller *p, int64_t deadline_ns);
+
+/* True when a non-blocking look could find something (descriptor waits or ring operations in flight). */
+bool weft__poller_busy(const weft__poller *p);
+
+/* Wake the owner if it sleeps or is about to (any thread). */
+void weft__poller_wake(weft__poller *p);
+
+/*
+ * Wait on the calling fiber's carrier until fd has one of `events` (POLLIN,
+ * POLLOUT), the deadline passes or the wait is cancelled. Returns the
+ * revents (> 0), -ETIMEDOUT, -ECANCELED, or a negative errno from epoll
+ * (-EPERM: a descriptor that epoll cannot watch, such as a regular file).
+ * One reader and one writer per descriptor per carrier: a second waiter in
+ * the same direction gets -EBUSY.
+ */
+int weft__poller_wait_fd(weft__poller *p, int fd, short events, int64_t deadline_ns);
+
+#endif /* WEFT_IO_POLLER_H */
