@@ -1,0 +1,114 @@
+/*
+ * This file contains what weft's synchronisation primitives (mutex.c,
+ * cond.c, sem.c, chan.c) share: who the caller is, the wait list kept in a
+ * public struct's two pointer fields, the cancellation check at the door,
+ * and "settling" after a wake-up.
+ *
+ * Settling. Every primitive hands its waiters over under its word lock: the
+ * waker pops a waiter, resolves it WOKEN and may still write into it (a
+ * channel element, a "you own the mutex now" flag) before it lets the lock
+ * go. A waiter that ends WOKEN does not take the lock again (wait.h's rule),
+ * so it could return, and its caller could destroy or free the primitive,
+ * while the waker is still about to write the lock word: the glibc bug class
+ * of an unlocker that touches a mutex someone has already freed. So a woken
+ * waiter first waits until it sees the lock word free. The waker held the
+ * lock continuously from before the resolve until its release, and the
+ * waiter saw the resolve, so by coherence any 0 it reads is that release or
+ * a later one: after it, the waker never touches the object again. The
+ * acquire load also pairs with the waker's release, which publishes whatever
+ * it wrote into the waiter after the resolve. The wait is nearly always
+ * over before it starts: a woken thread returns from a futex wait and a
+ * woken fiber goes through its carrier's queue, both slower than the few
+ * stores left in the waker's critical section.
+ */
+#ifndef WEFT_SYNC_SYNC_H
+#define WEFT_SYNC_SYNC_H
+
+#include "../internal.h"
+
+#include <sched.h>
+
+#include "../fiber/fiber.h"
+#include "lock.h"
+#include "wait.h"
+
+/*
+ * Who holds a mutex: the running fiber, or else the OS thread (the address
+ * of a thread-local byte, which no two live threads share and no fiber
+ * record can equal). A fiber never moves to another carrier, so a fiber's
+ * identity stays valid for its whole life, and a thread that runs many
+ * fibers is never mistaken for any of them.
+ */
+void *weft__sync_self(void);
+
+/*
+ * For weft_cond_wait (mutex.c): who holds m; take m as `self` (not a
+ * cancellation point, never fails); let go of a mutex the caller holds.
+ */
+void *weft__mutex_owner(const weft_mutex_t *m);
+void weft__mutex_lock_as(weft_mutex_t *m, void *self);
+void weft__mutex_unlock_held(weft_mutex_t *m);
+
+/* True when the caller's blocking future was cancelled: a cancellation point returns -ECANCELED at once. */
+static inline bool weft__sync_cancelled(void) {
+  /* Relaxed: weft__tctx_cancel also resolves any wait that starts later (checked under tc->lock). */
+  return atomic_load_explicit(&weft__tctx_self()->cancelled, memory_order_relaxed);
+}
+
+/* Wait until the word lock *w is seen free (see "Settling" above). */
+static inline void weft__sync_settle_word(const uint32_t *w) {
+  unsigned spins = 0;
+  /* Acquire: pairs with weft__wordlock_release by the waker. */
+  while (__atomic_load_n(w, __ATOMIC_ACQUIRE) != 0) {
+    if (++spins < 64)
+      weft__cpu_relax();
+    else
+      sched_yield();
+  }
+}
+
+/* The same for a weft__lock (the channel's). */
+static inline void weft__sync_settle_lock(weft__lock *l) {
+  unsigned spins = 0;
+  /* Acquire: pairs with weft__lock_release by the waker. */
+  while (atomic_load_explicit(&l->held, memory_order_acquire) != 0) {
+    if (++spins < 64)
+      weft__cpu_relax();
+    else
+      sched_yield();
+  }
+}
+
+/*
+ * The public structs keep their wait list in two `void *` fields (head_,
+ * tail_) so that the header needs no internal type. These copy the list in
+ * and out of a weft__waitlist; only ever under the object's word lock.
+ */
+static inline weft__waitlist weft__sync_list_get(void *const *head, void *const *tail) {
+  weft__waitlist l = {(weft__waiter *)*head, (weft__waiter *)*tail};
+  return l;
+}
+
+static inline void weft__sync_list_put(void **head, void **tail, const weft__waitlist *l) {
+  *head = l->head;
+  *tail = l->tail;
+}
+
+/* Put w at the front of l: a waiter that lost a race after a wake-up keeps its place. */
+static inline void weft__sync_list_push_front(weft__waitlist *l, weft__waiter *w) {
+  w->queued = true;
+  w->prev = NULL;
+  w->next = l->head;
+  if (l->head)
+    l->head->prev = w;
+  else
+    l->tail = w;
+  l->head = w;
+}
+
+/* Debug checks for misuse that a void call cannot report (destroying a busy object). */
+#if defined(WEFT_TESTING) || !defined(NDEBUG)
+#define WEFT__SYNC_CHECKS 1
+#endif
+
+#endif /* WEFT_SYNC_SYNC_H */
