@@ -1,0 +1,61 @@
+/*
+ * This file contains the helpers that every weft test suite shares: running
+ * a CUnit suite with one call, counting the process's threads and
+ * descriptors, checking that weft left nothing behind, and running a piece of
+ * code in a child process to check how it dies.
+ */
+#ifndef WEFT_TEST_HARNESS_H
+#define WEFT_TEST_HARNESS_H
+
+#include <CUnit/CUnit.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+typedef struct weft_test {
+  const char *name;
+  void (*fn)(void);
+} weft_test;
+
+/*
+ * Run the NULL-terminated list of tests as one CUnit suite named `suite`
+ * and return the process exit status (0 only when all passed). Before the
+ * first test it records the thread and descriptor counts; after each test it
+ * calls weft_shutdown() and checks that no fiber, stack, weft thread or
+ * descriptor was left behind. argv[1], when given, runs only the test of that
+ * name.
+ */
+int weft_test_run(int argc, char **argv, const char *suite, const weft_test *tests);
+
+/* OS threads of this process now (from /proc/self/task). */
+int weft_test_thread_count(void);
+/* Open descriptors of this process now (from /proc/self/fd). */
+int weft_test_fd_count(void);
+/* This process's user+system CPU time in nanoseconds. */
+int64_t weft_test_cpu_ns(void);
+
+/* The number of CPUs weft will use by default. */
+unsigned weft_test_cpus(void);
+
+/*
+ * Run fn(arg) in a forked child with stderr captured. Returns the child's
+ * wait status; its stderr (up to cap-1 bytes, NUL-terminated) goes in err.
+ * The child ends with _exit(0) when fn returns.
+ */
+int weft_test_child(void (*fn)(void *), void *arg, char *err, size_t cap);
+
+/* True when the run is under Valgrind or qemu-user, where timing is much slower. */
+bool weft_test_slow_env(void);
+
+/*
+ * True when WEFT_BLOCKING work should run on fibers here: the build has a
+ * context switch and WEFT_FIBERS is not 0 (CI runs every suite both ways).
+ */
+bool weft_test_fibers_expected(void);
+
+/* Sleep the calling OS thread (never parks). */
+void weft_test_sleep_ms(int ms);
+
+#endif /* WEFT_TEST_HARNESS_H */

@@ -1,0 +1,498 @@
+/*
+ * Suite "fibers": the M:N scheduler seen through the public API: many fibers
+ * per carrier, yield, sleep order, 100,000 fibers at once, blocking maps
+ * (errors, the max_parallel bound, overlap), waits across kinds, registers
+ * and libc on fiber stacks, errno and thread-locals across parks, load
+ * balance, and every fallback path.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef WEFT_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#include "fiber/sched.h"
+#include "harness.h"
+#include "sys.h"
+
+#define MS 1000000LL
+
+static const weft_pmap_opts blocking = {WEFT_BLOCKING, 0, 0, 0};
+
+static void one_carrier(void) {
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  c.carriers = 1;
+  CU_ASSERT_EQUAL(weft_configure(&c), 0);
+}
+
+static void default_config(void) {
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  CU_ASSERT_EQUAL(weft_configure(&c), 0);
+}
+
+static unsigned carrier_id(void) {
+  weft__carrier *c = weft__carrier_self();
+  return c ? c->id : 9999;
+}
+
+/* --- basics -------------------------------------------------------------------------- */
+
+static void *where_am_i(void *arg) {
+  (void)arg;
+  return (void *)(intptr_t)(weft_in_fiber() ? 1 : 2);
+}
+
+static void test_runs_on_fibers(void) {
+  if (!weft_test_fibers_expected()) {
+    CU_ASSERT_FALSE(weft_fibers_available());
+    return;
+  }
+  CU_ASSERT_TRUE(weft_fibers_available());
+  CU_ASSERT_EQUAL(weft_carrier_count(), weft_test_cpus());
+  weft_future *f;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, where_am_i, NULL, &f), 0);
+  void *r;
+  CU_ASSERT_EQUAL(weft_future_get(f, -1, &r), 0);
+  CU_ASSERT_EQUAL((intptr_t)r, 1);
+  weft_future_free(f);
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_CPU, where_am_i, NULL, &f), 0);
+  CU_ASSERT_EQUAL(weft_future_get(f, -1, &r), 0);
+  CU_ASSERT_EQUAL((intptr_t)r, 2); /* CPU work never runs on a fiber */
+  weft_future_free(f);
+}
+
+typedef struct many {
+  atomic_size_t done;
+} many;
+
+static int yield_sleep_fn(void *ctx, size_t i) {
+  many *m = ctx;
+  for (int k = 0; k < 10; k++)
+    if (weft_yield() != 0) return 1;
+  if (weft_sleep_ns((int64_t)(i % 3) * MS) != 0) return 2;
+  atomic_fetch_add(&m->done, 1);
+  return 0;
+}
+
+static void test_many_per_carrier(void) {
+  many m;
+  atomic_init(&m.done, 0);
+  CU_ASSERT_EQUAL(weft_pmap(10000, yield_sleep_fn, &m, &blocking), 0);
+  CU_ASSERT_EQUAL(atomic_load(&m.done), 10000);
+}
+
+/* --- yield and sleep order on one carrier --------------------------------------------------- */
+
+typedef struct trace {
+  pthread_mutex_t mu;
+  char log[64];
+  int n;
+} trace;
+
+static void trace_add(trace *t, char c) {
+  pthread_mutex_lock(&t->mu);
+  if (t->n < 63) t->log[t->n++] = c;
+  pthread_mutex_unlock(&t->mu);
+}
+
+static int pingpong_fn(void *ctx, size_t i) {
+  trace *t = ctx;
+  for (int k = 0; k < 5; k++) {
+    trace_add(t, (char)('A' + i));
+    weft_yield();
+  }
+  return 0;
+}
+
+static void test_yield_alternates(void) {
+  if (!weft_test_fibers_expected()) return;
+  one_carrier();
+  trace t = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  CU_ASSERT_EQUAL(weft_pmap(2, pingpong_fn, &t, &blocking), 0);
+  t.log[t.n] = 0;
+  CU_ASSERT_STRING_EQUAL(t.log, "ABABABABAB");
+  default_config();
+}
+
+static int sleeper_fn(void *ctx, size_t i) {
+  static const int ms[] = {50, 10, 30, 20, 40};
+  trace *t = ctx;
+  weft_sleep_ns(ms[i] * MS);
+  trace_add(t, (char)('0' + ms[i] / 10));
+  return 0;
+}
+
+static void test_sleep_order(void) {
+  /* 10 ms apart is too close under valgrind or qemu; the fallback runs them on a team of threads. */
+  if (weft_test_slow_env() || !weft_test_fibers_expected()) return;
+  one_carrier();
+  trace t = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  CU_ASSERT_EQUAL(weft_pmap(5, sleeper_fn, &t, &blocking), 0);
+  t.log[t.n] = 0;
+  CU_ASSERT_STRING_EQUAL(t.log, "12345");
+  default_config();
+}
+
+/* --- 100,000 at once --------------------------------------------------------------------- */
+
+typedef struct crowd {
+  atomic_size_t in_flight;
+  atomic_size_t peak;
+  atomic_size_t done;
+  atomic_size_t arrived;
+  size_t expect; /* elements that must be in flight together (0: just count) */
+} crowd;
+
+static int crowd_fn(void *ctx, size_t i) {
+  (void)i;
+  crowd *c = ctx;
+  size_t now = atomic_fetch_add(&c->in_flight, 1) + 1;
+  size_t p = atomic_load(&c->peak);
+  while (now > p && !atomic_compare_exchange_weak(&c->peak, &p, now)) {
+  }
+  int rc = 0;
+  if (c->expect) {
+    /* Wait until every element has arrived: only possible if all are in flight at once. */
+    atomic_fetch_add(&c->arrived, 1);
+    int64_t give_up = weft_now_ns() + 120LL * 1000 * MS;
+    while (atomic_load(&c->arrived) < c->expect && weft_now_ns() < give_up) rc |= weft_sleep_ns(5 * MS);
+    if (atomic_load(&c->arrived) < c->expect) rc = 99;
+  } else {
+    rc = weft_sleep_ns(20 * MS);
+  }
+  atomic_fetch_sub(&c->in_flight, 1);
+  atomic_fetch_add(&c->done, 1);
+  return rc;
+}
+
+static void test_hundred_thousand(void) {
+  if (!weft_test_fibers_expected()) return; /* the fallback has a bounded number of threads */
+  size_t n = weft_test_slow_env() ? 5000 : 100000;
+  crowd c;
+  memset(&c, 0, sizeof c);
+  c.expect = n;
+  CU_ASSERT_EQUAL(weft_pmap(n, crowd_fn, &c, &blocking), 0);
+  CU_ASSERT_EQUAL(atomic_load(&c.done), n);
+  CU_ASSERT_EQUAL(atomic_load(&c.peak), n);
+  /* That no fiber or stack is left is checked after every test (harness.c). */
+}
+
+/* --- blocking maps: errors, the bound, overlap --------------------------------------------- */
+
+static int berr_fn(void *ctx, size_t i) {
+  atomic_fetch_add((atomic_size_t *)ctx, 1);
+  weft_sleep_ns((int64_t)(i % 4) * MS);
+  if (i == 77) return 1077;
+  if (i == 13) return 1013;
+  if (i == 150) return -150;
+  return 0;
+}
+
+static void test_blocking_errors(void) {
+  atomic_size_t calls;
+  atomic_init(&calls, 0);
+  CU_ASSERT_EQUAL(weft_pmap(200, berr_fn, &calls, &blocking), 1013);
+  CU_ASSERT_EQUAL(atomic_load(&calls), 200);
+  weft_pmap_opts o = blocking;
+  o.max_parallel = 3;
+  atomic_init(&calls, 0);
+  CU_ASSERT_EQUAL(weft_pmap(200, berr_fn, &calls, &o), 1013);
+  CU_ASSERT_EQUAL(atomic_load(&calls), 200);
+  CU_ASSERT_EQUAL(weft_pmap(5, NULL, NULL, &blocking), -EINVAL);
+}
+
+static void test_max_parallel(void) {
+  static const size_t bounds[] = {1, 2, 5, 16};
+  for (size_t b = 0; b < 4; b++) {
+    crowd c;
+    memset(&c, 0, sizeof c);
+    weft_pmap_opts o = blocking;
+    o.max_parallel = bounds[b];
+    CU_ASSERT_EQUAL(weft_pmap(64, crowd_fn, &c, &o), 0);
+    CU_ASSERT_EQUAL(atomic_load(&c.done), 64);
+    CU_ASSERT(atomic_load(&c.peak) <= bounds[b]);
+    CU_ASSERT(atomic_load(&c.peak) >= 1);
+  }
+  /* Unbounded: the elements overlap, even on a machine with fewer cores than elements. */
+  crowd c;
+  memset(&c, 0, sizeof c);
+  CU_ASSERT_EQUAL(weft_pmap(64, crowd_fn, &c, &blocking), 0);
+  if (weft_test_fibers_expected()) CU_ASSERT(atomic_load(&c.peak) > 32);
+}
+
+/* --- waits across kinds and contexts ---------------------------------------------------------- */
+
+static void *twice(void *arg) { return (void *)((intptr_t)arg * 2); }
+
+static int square_fn(void *ctx, size_t i) {
+  ((int64_t *)ctx)[i] = (int64_t)(i * i);
+  return 0;
+}
+
+/* A fiber that runs a CPU map: handed to weft's OpenMP team while the fiber parks. */
+static void *fiber_cpu_map(void *arg) {
+  (void)arg;
+  enum { N = 50000 };
+  int64_t *out = malloc(N * sizeof *out);
+  intptr_t ok = weft_pmap(N, square_fn, out, NULL) == 0;
+  for (size_t i = 0; i < N; i++) ok &= out[i] == (int64_t)(i * i);
+  free(out);
+  ok &= weft_in_fiber() == weft_test_fibers_expected();
+  return (void *)ok;
+}
+
+static void test_fiber_runs_cpu_map(void) {
+  weft_future *fs[8];
+  for (int i = 0; i < 8; i++) CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, fiber_cpu_map, NULL, &fs[i]), 0);
+  for (int i = 0; i < 8; i++) {
+    void *r = NULL;
+    CU_ASSERT_EQUAL(weft_future_get(fs[i], -1, &r), 0);
+    CU_ASSERT_EQUAL((intptr_t)r, 1);
+    weft_future_free(fs[i]);
+  }
+}
+
+#ifdef WEFT_HAVE_OPENMP
+static void test_omp_task_waits_on_fiber(void) {
+  atomic_int ok;
+  atomic_init(&ok, 0);
+#pragma omp parallel num_threads(2)
+#pragma omp single
+  for (int i = 0; i < 8; i++) {
+#pragma omp task shared(ok) firstprivate(i)
+    {
+      weft_future *f;
+      if (weft_future_start(WEFT_BLOCKING, twice, (void *)(intptr_t)i, &f) == 0) {
+        void *r;
+        if (weft_future_get(f, -1, &r) == 0 && (intptr_t)r == 2 * i) atomic_fetch_add(&ok, 1);
+        weft_future_free(f);
+      }
+    }
+  }
+  CU_ASSERT_EQUAL(atomic_load(&ok), 8);
+}
+
+/* A fiber that opens an OpenMP region itself: weft's calls inside block the carrier, never park. */
+static void *fiber_own_region(void *arg) {
+  (void)arg;
+  atomic_int ok;
+  atomic_init(&ok, 0);
+  int team = 0;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+    if (weft_sleep_ns(MS) == 0) atomic_fetch_add(&ok, 1);
+  }
+  /* Every thread of the region slept and came back (the team may be one thread, when nested). */
+  return (void *)(intptr_t)(atomic_load(&ok) == team ? 2 : 1);
+}
+
+static void test_fiber_opens_region(void) {
+  weft_future *fs[4];
+  for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, fiber_own_region, NULL, &fs[i]), 0);
+  for (int i = 0; i < 4; i++) {
+    void *r = NULL;
+    CU_ASSERT_EQUAL(weft_future_get(fs[i], -1, &r), 0);
+    CU_ASSERT_EQUAL((intptr_t)r, 2);
+    weft_future_free(fs[i]);
+  }
+}
+#endif
+
+/* --- registers and libc on fiber stacks ------------------------------------------------------ */
+
+static int fp_fn(void *ctx, size_t i) {
+  (void)ctx;
+  double x = 1.0 + (double)i, acc = 0.0;
+  for (int k = 0; k < 50; k++) {
+    acc += sqrt(x * (double)k) / (x + 1.0);
+    weft_yield(); /* other fibers use the FP registers in between */
+  }
+  double ref = 0.0;
+  for (int k = 0; k < 50; k++) ref += sqrt(x * (double)k) / (x + 1.0);
+  return acc == ref ? 0 : 1;
+}
+
+static void test_fp_survives_switches(void) {
+  one_carrier();
+  CU_ASSERT_EQUAL(weft_pmap(16, fp_fn, NULL, &blocking), 0);
+  default_config();
+}
+
+static int snprintf_fn(void *ctx, size_t i) {
+  (void)ctx;
+  char buf[256];
+  double d = 3.14159265358979 * (double)(i + 1);
+  weft_yield();
+  snprintf(buf, sizeof buf, "%.6f %g %e %La", d, d / 7.0, d * 1e10, (long double)d);
+  char ref[256];
+  snprintf(ref, sizeof ref, "%.6f %g %e %La", d, d / 7.0, d * 1e10, (long double)d);
+  return strcmp(buf, ref) == 0 && strtod(buf, NULL) > 0 ? 0 : 1;
+}
+
+static void test_libc_on_fiber_stacks(void) { CU_ASSERT_EQUAL(weft_pmap(64, snprintf_fn, NULL, &blocking), 0); }
+
+/* --- errno and thread-locals across parks (compiled at -O2 like the library) --------------------- */
+
+static __thread int tls_marker;
+
+__attribute__((noinline)) static int *errno_addr(void) { return &errno; }
+
+static int errno_fn(void *ctx, size_t i) {
+  (void)ctx;
+  unsigned home = carrier_id();
+  int mine = (int)(1000 + i);
+  int *ep = &errno; /* a compiler may keep this across the parks below */
+  int *tp = &tls_marker;
+  for (int k = 0; k < 5; k++) {
+    /* What weft's own calls leave in errno is unspecified; what other fibers do must not show. */
+    errno = mine;
+    weft_yield(); /* other fibers run on this carrier and set errno meanwhile */
+    if (errno != mine) return 1; /* each fiber has its own errno, as each thread does */
+    if (*ep != mine) return 2;
+    weft_sleep_ns(MS);
+  }
+  /* The fiber never moved: cached addresses still name this thread's variables. */
+  if (weft_test_fibers_expected() && carrier_id() != home) return 3;
+  if (ep != errno_addr() || tp != &tls_marker) return 4;
+  return 0;
+}
+
+static void test_errno_tls_stay_put(void) { CU_ASSERT_EQUAL(weft_pmap(200, errno_fn, NULL, &blocking), 0); }
+
+/* --- load balance: new fibers spread over the carriers ------------------------------------------ */
+
+typedef struct spread {
+  atomic_size_t per_carrier[64];
+} spread;
+
+static int spread_fn(void *ctx, size_t i) {
+  (void)i;
+  spread *s = ctx;
+  weft_sleep_ns(2 * MS);
+  unsigned id = carrier_id();
+  if (id < 64) atomic_fetch_add(&s->per_carrier[id], 1);
+  int64_t t0 = weft_now_ns();
+  while (weft_now_ns() - t0 < 2 * MS) {
+  }
+  return 0;
+}
+
+static void test_balance(void) {
+  if (!weft_test_fibers_expected() || weft_test_cpus() < 2) return;
+  spread s;
+  memset(&s, 0, sizeof s);
+  unsigned n = weft_test_cpus();
+  CU_ASSERT_EQUAL(weft_pmap(64 * n, spread_fn, &s, &blocking), 0);
+  unsigned used = 0;
+  for (unsigned i = 0; i < n && i < 64; i++) used += atomic_load(&s.per_carrier[i]) > 0;
+  CU_ASSERT_EQUAL(used, n);
+}
+
+/* --- fallbacks ------------------------------------------------------------------------------- */
+
+static int not_fiber_fn(void *ctx, size_t i) {
+  (void)i;
+  if (weft_in_fiber()) atomic_fetch_add((atomic_int *)ctx, 1);
+  return weft_sleep_ns(MS);
+}
+
+static void test_fallback_configured(void) {
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  c.fibers = 0;
+  CU_ASSERT_EQUAL(weft_configure(&c), 0);
+  CU_ASSERT_FALSE(weft_fibers_available());
+  atomic_int on_fiber;
+  atomic_init(&on_fiber, 0);
+  CU_ASSERT_EQUAL(weft_pmap(32, not_fiber_fn, &on_fiber, &blocking), 0);
+  CU_ASSERT_EQUAL(atomic_load(&on_fiber), 0);
+  weft_future *f;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, where_am_i, NULL, &f), 0);
+  void *r;
+  CU_ASSERT_EQUAL(weft_future_get(f, -1, &r), 0);
+  CU_ASSERT_EQUAL((intptr_t)r, 2);
+  weft_future_free(f);
+  default_config();
+}
+
+#ifdef WEFT_TESTING
+/* No threads for carriers: blocking work falls back, once warned. */
+static void test_fallback_no_threads(void) {
+  if (!weft_test_fibers_expected()) return;
+  weft_shutdown();
+  weft__fault_arm(1u << WEFT__F_PTHREAD_CREATE, 0, true);
+  CU_ASSERT_FALSE(weft_fibers_available());
+  atomic_int on_fiber;
+  atomic_init(&on_fiber, 0);
+  int rc = weft_pmap(16, not_fiber_fn, &on_fiber, &blocking);
+  CU_ASSERT(weft__fault_disarm() > 0);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_EQUAL(atomic_load(&on_fiber), 0);
+  /* Once threads can be had again, fibers come back. */
+  CU_ASSERT_TRUE(weft_fibers_available());
+}
+
+/* No stacks for new fibers: elements and futures still complete, on the CPU path. */
+static void test_fallback_no_stacks(void) {
+  if (!weft_test_fibers_expected()) return;
+  weft_shutdown(); /* an empty stack pool: every stack must be mapped */
+  CU_ASSERT_TRUE(weft_fibers_available());
+  weft__fault_arm(1u << WEFT__F_MMAP, 0, true);
+  many m;
+  atomic_init(&m.done, 0);
+  int rc = weft_pmap(100, yield_sleep_fn, &m, &blocking);
+  weft_future *f = NULL;
+  int frc = weft_future_start(WEFT_BLOCKING, twice, (void *)21, &f);
+  void *r = NULL;
+  int grc = frc == 0 ? weft_future_get(f, -1, &r) : frc;
+  weft__fault_disarm();
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_EQUAL(atomic_load(&m.done), 100);
+  CU_ASSERT_EQUAL(frc, 0);
+  CU_ASSERT_EQUAL(grc, 0);
+  CU_ASSERT_EQUAL((intptr_t)r, 42);
+  weft_future_free(f);
+}
+#endif
+
+int main(int argc, char **argv) {
+  static const weft_test tests[] = {
+      {"runs_on_fibers", test_runs_on_fibers},
+      {"many_per_carrier", test_many_per_carrier},
+      {"yield_alternates", test_yield_alternates},
+      {"sleep_order", test_sleep_order},
+      {"hundred_thousand", test_hundred_thousand},
+      {"blocking_errors", test_blocking_errors},
+      {"max_parallel", test_max_parallel},
+      {"fiber_runs_cpu_map", test_fiber_runs_cpu_map},
+#ifdef WEFT_HAVE_OPENMP
+      {"omp_task_waits_on_fiber", test_omp_task_waits_on_fiber},
+      {"fiber_opens_region", test_fiber_opens_region},
+#endif
+      {"fp_survives_switches", test_fp_survives_switches},
+      {"libc_on_fiber_stacks", test_libc_on_fiber_stacks},
+      {"errno_tls_stay_put", test_errno_tls_stay_put},
+      {"balance", test_balance},
+      {"fallback_configured", test_fallback_configured},
+#ifdef WEFT_TESTING
+      {"fallback_no_threads", test_fallback_no_threads},
+      {"fallback_no_stacks", test_fallback_no_stacks},
+#endif
+      {NULL, NULL},
+  };
+  return weft_test_run(argc, argv, "fibers", tests);
+}

@@ -1,0 +1,312 @@
+/*
+ * Suite "pmap_cpu": weft_pmap of the CPU kind: every index exactly once,
+ * errors chosen deterministically, bad input, concurrent callers, and calls
+ * inside OpenMP parallel regions and tasks (which must not open a nested
+ * team).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef WEFT_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#include "harness.h"
+
+static const weft_pmap_opts cpu_opts = WEFT_PMAP_OPTS_INIT;
+
+/* --- every index exactly once ------------------------------------------------ */
+
+typedef struct counts {
+  atomic_uchar *hits; /* per index */
+  atomic_size_t calls;
+} counts;
+
+static int count_fn(void *ctx, size_t i) {
+  counts *c = ctx;
+  atomic_fetch_add(&c->hits[i], 1);
+  atomic_fetch_add(&c->calls, 1);
+  return 0;
+}
+
+static void check_once(size_t n, const weft_pmap_opts *o) {
+  counts c;
+  c.hits = calloc(n ? n : 1, sizeof *c.hits);
+  atomic_init(&c.calls, 0);
+  CU_ASSERT_EQUAL_FATAL(weft_pmap(n, count_fn, &c, o), 0);
+  CU_ASSERT_EQUAL(atomic_load(&c.calls), n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
+  CU_ASSERT_EQUAL(bad, 0);
+  free(c.hits);
+}
+
+static void test_sizes(void) {
+  check_once(0, &cpu_opts);
+  check_once(0, NULL);
+  check_once(1, NULL);
+  check_once(2, NULL);
+  check_once(3, &cpu_opts);
+  check_once(1000, NULL);
+  check_once(1000000, NULL);
+}
+
+static void test_grains(void) {
+  static const size_t grains[] = {1, 2, 7, 64, 999, 1000, 1001, 1u << 20};
+  for (size_t g = 0; g < sizeof grains / sizeof grains[0]; g++) {
+    weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+    o.grain = grains[g];
+    check_once(1000, &o);
+    check_once(1, &o);
+  }
+}
+
+/* --- primes: a real result, checked against a sieve --------------------------- */
+
+typedef struct primes {
+  unsigned char *is_prime;
+} primes;
+
+static int prime_fn(void *ctx, size_t i) {
+  primes *p = ctx;
+  bool prime = i >= 2;
+  for (size_t d = 2; d * d <= i && prime; d++)
+    if (i % d == 0) prime = false;
+  p->is_prime[i] = prime;
+  return 0;
+}
+
+static void test_primes(void) {
+  const size_t n = 200000;
+  primes p = {calloc(n, 1)};
+  CU_ASSERT_EQUAL_FATAL(weft_pmap(n, prime_fn, &p, NULL), 0);
+  unsigned char *sieve = malloc(n);
+  memset(sieve, 1, n);
+  sieve[0] = sieve[1] = 0;
+  for (size_t i = 2; i * i < n; i++)
+    if (sieve[i])
+      for (size_t j = i * i; j < n; j += i) sieve[j] = 0;
+  size_t count = 0, diff = 0;
+  for (size_t i = 0; i < n; i++) {
+    count += sieve[i];
+    diff += sieve[i] != p.is_prime[i];
+  }
+  CU_ASSERT_EQUAL(diff, 0);
+  CU_ASSERT_EQUAL(count, 17984); /* pi(200000) */
+  free(sieve);
+  free(p.is_prime);
+}
+
+/* --- errors ------------------------------------------------------------------------ */
+
+typedef struct errs {
+  atomic_size_t calls;
+} errs;
+
+static int err_fn(void *ctx, size_t i) {
+  errs *e = ctx;
+  atomic_fetch_add(&e->calls, 1);
+  if (i == 900) return 1900;
+  if (i == 7) return 107;
+  if (i == 3) return -3; /* negative values pass through as they are */
+  if (i == 500) return 1500;
+  return 0;
+}
+
+static void test_errors(void) {
+  for (int rep = 0; rep < 20; rep++) {
+    errs e;
+    atomic_init(&e.calls, 0);
+    weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+    o.grain = (size_t)rep % 5; /* automatic and several fixed grains */
+    CU_ASSERT_EQUAL(weft_pmap(1000, err_fn, &e, &o), -3);
+    CU_ASSERT_EQUAL(atomic_load(&e.calls), 1000); /* no element skipped after an error */
+  }
+  errs e;
+  atomic_init(&e.calls, 0);
+  CU_ASSERT_EQUAL(weft_pmap(5, err_fn, &e, NULL), -3);
+  atomic_init(&e.calls, 0);
+  CU_ASSERT_EQUAL(weft_pmap(3, err_fn, &e, NULL), 0);
+}
+
+static int never_fn(void *ctx, size_t i) {
+  (void)i;
+  atomic_fetch_add((atomic_size_t *)ctx, 1);
+  return 0;
+}
+
+static void test_bad_input(void) {
+  atomic_size_t calls;
+  atomic_init(&calls, 0);
+  CU_ASSERT_EQUAL(weft_pmap(10, NULL, NULL, NULL), -EINVAL);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.kind = (weft_kind)7;
+  CU_ASSERT_EQUAL(weft_pmap(10, never_fn, &calls, &o), -EINVAL);
+  o.kind = (weft_kind)-1;
+  CU_ASSERT_EQUAL(weft_pmap(10, never_fn, &calls, &o), -EINVAL);
+  o.kind = WEFT_CPU;
+  o.flags = 1;
+  CU_ASSERT_EQUAL(weft_pmap(10, never_fn, &calls, &o), -EINVAL);
+  CU_ASSERT_EQUAL(weft_pmap(0, NULL, NULL, NULL), -EINVAL);
+  CU_ASSERT_EQUAL(atomic_load(&calls), 0);
+  /* And weft still works after. */
+  check_once(100, NULL);
+}
+
+/* --- concurrent callers ------------------------------------------------------------ */
+
+static void *caller_thread(void *arg) {
+  (void)arg;
+  for (int r = 0; r < 20; r++) check_once(5000, NULL);
+  return NULL;
+}
+
+static void test_concurrent_callers(void) {
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, caller_thread, NULL);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+}
+
+/* --- nesting --------------------------------------------------------------------- */
+
+static int inner_fn(void *ctx, size_t i) {
+  (void)i;
+  atomic_fetch_add((atomic_size_t *)ctx, 1);
+  return 0;
+}
+
+static int outer_fn(void *ctx, size_t i) {
+  (void)i;
+  return weft_pmap(100, inner_fn, ctx, NULL);
+}
+
+static void test_nested(void) {
+  atomic_size_t calls;
+  atomic_init(&calls, 0);
+  CU_ASSERT_EQUAL(weft_pmap(50, outer_fn, &calls, NULL), 0);
+  CU_ASSERT_EQUAL(atomic_load(&calls), 5000);
+}
+
+#ifdef WEFT_HAVE_OPENMP
+/* --- inside OpenMP: tasks in the enclosing team, never a nested team ---------------- */
+
+typedef struct team_check {
+  int level;             /* omp_get_level() of the calling region */
+  int team_size;         /* its team size */
+  pid_t team_tids[64];   /* the OS threads of that team */
+  atomic_int bad_level;  /* elements that ran at another nesting level */
+  atomic_int bad_thread; /* elements that ran on a thread outside the team */
+  atomic_size_t calls;
+} team_check;
+
+static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
+
+static int team_fn(void *ctx, size_t i) {
+  (void)i;
+  team_check *t = ctx;
+  atomic_fetch_add(&t->calls, 1);
+  if (omp_get_level() != t->level || omp_get_team_size(t->level) != t->team_size) atomic_fetch_add(&t->bad_level, 1);
+  pid_t me = gettid_();
+  bool found = false;
+  for (int k = 0; k < t->team_size; k++) found |= t->team_tids[k] == me;
+  if (!found) atomic_fetch_add(&t->bad_thread, 1);
+  return 0;
+}
+
+static void test_inside_parallel_region(void) {
+  team_check t;
+  memset(&t, 0, sizeof t);
+  int rc_all = 0;
+#pragma omp parallel num_threads(2) reduction(| : rc_all)
+  {
+#pragma omp single
+    {
+      t.level = omp_get_level();
+      t.team_size = omp_get_num_threads();
+    }
+    t.team_tids[omp_get_thread_num()] = gettid_();
+#pragma omp barrier
+    /* Every thread of the team calls weft_pmap at once. */
+    rc_all |= weft_pmap(2000, team_fn, &t, NULL);
+  }
+  CU_ASSERT_EQUAL(rc_all, 0);
+  CU_ASSERT_EQUAL(atomic_load(&t.calls), 2 * 2000);
+  CU_ASSERT_EQUAL(atomic_load(&t.bad_level), 0);
+  CU_ASSERT_EQUAL(atomic_load(&t.bad_thread), 0);
+}
+
+static void test_inside_task(void) {
+  team_check t;
+  memset(&t, 0, sizeof t);
+  int rc = -1;
+#pragma omp parallel num_threads(2)
+  {
+    t.team_tids[omp_get_thread_num()] = gettid_();
+#pragma omp barrier
+#pragma omp single
+    {
+      t.level = omp_get_level();
+      t.team_size = omp_get_num_threads();
+#pragma omp task shared(rc, t)
+      rc = weft_pmap(3000, team_fn, &t, NULL);
+#pragma omp taskwait
+    }
+  }
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_EQUAL(atomic_load(&t.calls), 3000);
+  CU_ASSERT_EQUAL(atomic_load(&t.bad_level), 0);
+  CU_ASSERT_EQUAL(atomic_load(&t.bad_thread), 0);
+}
+
+/* Outside a region, at most omp_get_max_threads() threads run the elements. */
+typedef struct tids {
+  pthread_mutex_t mu;
+  pid_t seen[256];
+  int n;
+} tids;
+
+static int tid_fn(void *ctx, size_t i) {
+  (void)i;
+  tids *t = ctx;
+  pid_t me = gettid_();
+  pthread_mutex_lock(&t->mu);
+  bool found = false;
+  for (int k = 0; k < t->n; k++) found |= t->seen[k] == me;
+  if (!found && t->n < 256) t->seen[t->n++] = me;
+  pthread_mutex_unlock(&t->mu);
+  for (volatile int k = 0; k < 2000; k++) {
+  }
+  return 0;
+}
+
+static void test_thread_bound(void) {
+  tids t = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  CU_ASSERT_EQUAL(weft_pmap(20000, tid_fn, &t, NULL), 0);
+  CU_ASSERT(t.n >= 1);
+  CU_ASSERT(t.n <= omp_get_max_threads());
+}
+#endif
+
+int main(int argc, char **argv) {
+  static const weft_test tests[] = {
+      {"sizes", test_sizes},
+      {"grains", test_grains},
+      {"primes", test_primes},
+      {"errors", test_errors},
+      {"bad_input", test_bad_input},
+      {"concurrent_callers", test_concurrent_callers},
+      {"nested", test_nested},
+#ifdef WEFT_HAVE_OPENMP
+      {"inside_parallel_region", test_inside_parallel_region},
+      {"inside_task", test_inside_task},
+      {"thread_bound", test_thread_bound},
+#endif
+      {NULL, NULL},
+  };
+  return weft_test_run(argc, argv, "pmap_cpu", tests);
+}
