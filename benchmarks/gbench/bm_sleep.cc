@@ -1,0 +1,221 @@
+/*
+ * This file contains the sleep suite: how late a sleeper wakes up.
+ *
+ *   SleepFiber/d         weft_sleep_ns(d) on a fiber (the loop runs inside a
+ *                        WEFT_BLOCKING future): a timer on the carrier's heap,
+ *                        the carrier sleeping in epoll_pwait2
+ *   SleepThreadWeft/d    weft_sleep_ns(d) on the main thread (a plain thread)
+ *   SleepThreadNanosleep/d  clock_nanosleep(CLOCK_MONOTONIC) on the main
+ *                        thread: the baseline
+ *
+ * for d = 0, 10 us, 100 us and 1 ms. d = 0 is a yield for weft (to the
+ * carrier's scheduler on a fiber, sched_yield on a thread) and a zero
+ * clock_nanosleep for the baseline. Each iteration measures its own
+ * lateness, (wake time - start) - d, on CLOCK_MONOTONIC; the counters are
+ * the median, the 99th percentile and the mean of one repetition, in ns.
+ * Linux's default timer slack (50 us for an ordinary thread) is part of
+ * what every sleeper here sees; the suite leaves it as a program would find
+ * it.
+ *
+ *   Pinned_*             4 x carriers blocking elements (a WEFT_BLOCKING
+ *                        weft_pmap) that each sleep 100 ms:
+ *     Pinned_weft        with weft_sleep_ns, which parks the fiber;
+ *     Pinned_plain       with a plain clock_nanosleep, which holds the carrier
+ *                        (the fiber is "pinned"): weft's pinning monitor
+ *                        notices a carrier held past its threshold (20 ms by
+ *                        default) and starts extra carriers for the waiting
+ *                        fibers;
+ *     Pinned_plain_nomonitor  the same with the threshold set out of reach
+ *                        (weft_configure), which is what a runtime without
+ *                        a monitor would do: each carrier runs its fibers one
+ *                        after another.
+ *                        Counter x_sleep is the elapsed time over one sleep:
+ *                        about 1 when the sleeps overlap, 4 when every carrier
+ *                        runs four in a row. carriers says how many were
+ *                        configured, carriers_running how many ran at the end.
+ *                        Each run starts from a fresh runtime (weft_shutdown,
+ *                        untimed), so no extra carrier is left from the last.
+ */
+#include <benchmark/benchmark.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "weft.h"
+
+namespace {
+
+int64_t mono_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void nanosleep_rel(int64_t ns) {
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(ns / 1000000000);
+  ts.tv_nsec = static_cast<long>(ns % 1000000000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) != 0) {
+  }
+}
+
+/* Median, p99 and mean of the lateness of one repetition. */
+void report(benchmark::State &state, std::vector<int64_t> &late) {
+  if (late.empty()) return;
+  std::sort(late.begin(), late.end());
+  double sum = 0;
+  for (int64_t v : late) sum += static_cast<double>(v);
+  state.counters["lateness_ns"] = static_cast<double>(late[late.size() / 2]);
+  state.counters["lateness_p99_ns"] = static_cast<double>(late[late.size() * 99 / 100]);
+  state.counters["lateness_mean_ns"] = sum / static_cast<double>(late.size());
+  state.counters["d_ns"] = static_cast<double>(state.range(0));
+}
+
+template <typename Sleep> void measure(benchmark::State &state, Sleep sleep) {
+  const int64_t d = state.range(0);
+  std::vector<int64_t> late;
+  late.reserve(1 << 16);
+  for (auto _ : state) {
+    int64_t t0 = mono_ns();
+    if (!sleep(d)) {
+      state.SkipWithError("weft_sleep_ns failed");
+      return;
+    }
+    late.push_back(mono_ns() - t0 - d);
+  }
+  report(state, late);
+}
+
+bool weft_sleep(int64_t d) { return weft_sleep_ns(d) == 0; }
+
+bool plain_sleep(int64_t d) {
+  nanosleep_rel(d);
+  return true;
+}
+
+/* Run one case's timing loop on a fiber (see bm_future.cc). */
+struct FiberRun {
+  benchmark::State *state;
+};
+
+void *fiber_sleep(void *arg) {
+  benchmark::State &state = *static_cast<FiberRun *>(arg)->state;
+  if (!weft_in_fiber()) {
+    state.SkipWithError("not on a fiber (fibers unavailable or WEFT_FIBERS=0)");
+    for (auto _ : state) {
+    }
+    return nullptr;
+  }
+  measure(state, weft_sleep);
+  state.counters["carriers_running"] = static_cast<double>(weft_carrier_count());
+  return nullptr;
+}
+
+void BM_SleepFiber(benchmark::State &state) {
+  FiberRun r{&state};
+  weft_future *f;
+  int rc = weft_future_start(WEFT_BLOCKING, fiber_sleep, &r, &f);
+  if (rc != 0) {
+    state.SkipWithError(weft_strerror(rc));
+    return;
+  }
+  rc = weft_future_get(f, -1, nullptr);
+  weft_future_free(f);
+  if (rc != 0) state.SkipWithError(weft_strerror(rc));
+}
+
+void BM_SleepThreadWeft(benchmark::State &state) { measure(state, weft_sleep); }
+void BM_SleepThreadNanosleep(benchmark::State &state) { measure(state, plain_sleep); }
+
+void durations(benchmark::internal::Benchmark *b) {
+  for (int64_t d : {0, 10000, 100000, 1000000}) b->Arg(d);
+  b->ArgName("d_ns")->UseRealTime();
+}
+
+BENCHMARK(BM_SleepFiber)->Apply(durations);
+BENCHMARK(BM_SleepThreadWeft)->Apply(durations);
+BENCHMARK(BM_SleepThreadNanosleep)->Apply(durations);
+
+/* --- pinning: a fiber that blocks its carrier ------------------------------------- */
+
+constexpr int64_t kPinSleepNs = 100 * 1000000;
+
+int pinned_elem(void *ctx, size_t i) {
+  (void)ctx;
+  (void)i;
+  nanosleep_rel(kPinSleepNs);
+  return 0;
+}
+
+int parked_elem(void *ctx, size_t i) {
+  (void)ctx;
+  (void)i;
+  return weft_sleep_ns(kPinSleepNs);
+}
+
+/* threshold_ms: the pinning monitor's threshold for this case; 0 keeps the default. */
+void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms) {
+  weft_shutdown();
+  weft_config cfg;
+  weft_config_init(&cfg);
+  cfg.pin_threshold_ms = threshold_ms;
+  if (weft_configure(&cfg) != 0 || !weft_fibers_available()) {
+    state.SkipWithError("fibers unavailable (or WEFT_FIBERS=0)");
+    return;
+  }
+  /* The configured carriers, not those running now. */
+  weft_info info;
+  weft_get_info(&info);
+  unsigned carriers = info.carriers ? info.carriers : 1;
+  size_t n = 4 * static_cast<size_t>(carriers);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.kind = WEFT_BLOCKING;
+  int64_t total = 0, iters = 0;
+  unsigned running = 0;
+  for (auto _ : state) {
+    /* Each run starts from the configured carriers: no compensation carrier
+       left over from the run before. */
+    state.PauseTiming();
+    weft_shutdown();
+    bool ok = weft_fibers_available();
+    state.ResumeTiming();
+    if (!ok) {
+      state.SkipWithError("fibers did not restart");
+      break;
+    }
+    int64_t t0 = mono_ns();
+    int rc = weft_pmap(n, fn, nullptr, &o);
+    total += mono_ns() - t0;
+    iters++;
+    running = weft_carrier_count();
+    if (rc != 0) {
+      state.SkipWithError(weft_strerror(rc));
+      break;
+    }
+  }
+  /* Back to the defaults for the other cases. */
+  weft_shutdown();
+  weft_config_init(&cfg);
+  weft_configure(&cfg);
+  state.counters["jobs"] = static_cast<double>(n);
+  state.counters["carriers"] = static_cast<double>(carriers);
+  state.counters["carriers_running"] = static_cast<double>(running);
+  state.counters["x_sleep"] =
+      iters ? static_cast<double>(total) / static_cast<double>(iters) / static_cast<double>(kPinSleepNs)
+            : 0.0;
+}
+
+void BM_Pinned_weft(benchmark::State &state) { pinned(state, parked_elem, 0); }
+void BM_Pinned_plain(benchmark::State &state) { pinned(state, pinned_elem, 0); }
+/* 1000 s: the monitor never finds a carrier held that long in this case. */
+void BM_Pinned_plain_nomonitor(benchmark::State &state) { pinned(state, pinned_elem, 1000000); }
+BENCHMARK(BM_Pinned_weft)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Pinned_plain)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Pinned_plain_nomonitor)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+} // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,31 @@
+/*
+ * This file contains the kernels that every benchmark gives to every
+ * implementation, compiled once, each function aligned to 64 bytes, so that
+ * weft, OpenMP, threads and the sequential loop run the same machine code.
+ */
+#ifndef WEFT_BENCH_KERNELS_H
+#define WEFT_BENCH_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The GPars "math" kernel: sum over i = 1..100 of (i XOR x). */
+int64_t weft_kernel_math(int64_t x);
+
+/* out[i] = weft_kernel_math(in[i]) for i in [lo, hi). */
+void weft_kernel_math_range(const int64_t *in, int64_t *out, size_t lo, size_t hi);
+
+/* A deterministic input: in[i] for the math kernel (fixed seed). */
+void weft_kernel_math_input(int64_t *in, size_t n, uint64_t seed);
+
+/* Keep the compiler from deleting a computation whose result is unused. */
+void weft_kernel_sink(const void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Run weft's whole benchmark suite and write every result into one folder
+# (what `make bench` runs):
+#
+#   scripts/bench.sh [BUILD_DIR [RESULTS_DIR]]    defaults: build/release results
+#
+# BUILD_DIR is a CMake build of weft with benchmarks (Release, please). Into
+# RESULTS_DIR go:
+#
+#   meta.json                  the machine, the build and the load, before and after
+#   weft-bench-embroidery.jsonl  weft-bench embroidery --json --repeat K
+#   weft-bench-sleep.jsonl     weft-bench sleep, cores .. 1000 x cores jobs, on fibers
+#                              and a thread per job (scripts/bench-sleep.sh)
+#   weft-bench-sleep-fallback.jsonl  the same on the fallback (WEFT_FIBERS=0)
+#   weft-bench-gpars.jsonl     weft-bench gpars --case math and --case files
+#   bm_<name>.json             each Google Benchmark binary, 5 repetitions, interleaved
+#   *.log, bm_<name>.txt       what each program printed for people
+#   summary.txt                the headline ratios (scripts/bench_data.py summary)
+#
+# Every measurement repeats (weft-bench --repeat, gbench --benchmark_repetitions)
+# with the repetitions of different cases interleaved, so that a slow minute
+# of a shared machine spreads over all of them; read medians, and ratios
+# against the baselines of the same run (docs/benchmarks.md).
+#
+# Environment: BENCH_REPEAT (weft-bench repetitions, default 3), GBENCH_REPS
+# (default 5), GBENCH_MIN_TIME (seconds per gbench repetition, default 0.2),
+# BENCH_ONLY (space-separated subset of: embroidery sleep gpars gbench).
+# The whole run takes about five minutes on 2 cores.
+#
+# Exit status: 0 when every program succeeded; 1 when one failed (the others
+# still run, and the failures are listed at the end); 2 on a usage error.
+set -uo pipefail
+
+usage() {
+  echo "usage: scripts/bench.sh [BUILD_DIR [RESULTS_DIR]]" >&2
+  exit 2
+}
+[ $# -le 2 ] || usage
+case "${1:-}" in -h | --help) usage ;; esac
+
+build=${1:-build/release}
+results=${2:-results}
+repeat=${BENCH_REPEAT:-3}
+reps=${GBENCH_REPS:-5}
+min_time=${GBENCH_MIN_TIME:-0.2}
+only=${BENCH_ONLY:-embroidery sleep gpars gbench}
+here=$(cd "$(dirname "$0")" && pwd)
+
+wb=$build/benchmarks/weft-bench/weft-bench
+if [ ! -x "$wb" ]; then
+  echo "bench.sh: $wb not found: build weft with benchmarks first (make release)" >&2
+  exit 2
+fi
+command -v python3 >/dev/null || { echo "bench.sh: python3 is needed (scripts/deps.sh bench)" >&2; exit 2; }
+mkdir -p "$results" || exit 2
+
+# `make bench` builds before it installs the bench packages, so on a fresh
+# machine the build was configured before TBB was there: reconfigure once,
+# so that bm_pmap gets its TBB baseline.
+if grep -q '^TBB_DIR:PATH=TBB_DIR-NOTFOUND' "$build/CMakeCache.txt" 2>/dev/null &&
+  compgen -G '/usr/lib/*/cmake/TBB/TBBConfig.cmake' >/dev/null; then
+  echo "bench.sh: TBB is installed now; reconfiguring $build for bm_pmap's TBB baseline" >&2
+  cmake "$build" >/dev/null && cmake --build "$build" -j "$(nproc)" >/dev/null ||
+    echo "bench.sh: reconfiguring failed; bm_pmap runs without TBB" >&2
+fi
+
+failed=()
+want() { case " $only " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+step() { printf '\n== %s\n' "$*" >&2; }
+
+python3 "$here/bench_data.py" meta "$build" >"$results/meta.json.tmp" || failed+=("meta")
+
+# --- weft-bench ---------------------------------------------------------------
+
+if want embroidery; then
+  step "weft-bench embroidery --repeat $repeat"
+  "$wb" embroidery --json --repeat "$repeat" >"$results/weft-bench-embroidery.jsonl" \
+    2>"$results/weft-bench-embroidery.log" || failed+=("weft-bench embroidery")
+fi
+
+if want sleep; then
+  step "weft-bench sleep: jobs = cores .. 1000 x cores (scripts/bench-sleep.sh)"
+  "$here/bench-sleep.sh" "$wb" "$results" "$repeat" "$results/weft-bench-sleep.log" ||
+    failed+=("weft-bench sleep")
+fi
+
+if want gpars; then
+  out=$results/weft-bench-gpars.jsonl
+  : >"$out"
+  for c in math files; do
+    step "weft-bench gpars --case $c --repeat $repeat"
+    "$wb" gpars --case "$c" --repeat "$repeat" --json >>"$out" 2>>"$results/weft-bench-gpars.log" ||
+      failed+=("weft-bench gpars --case $c")
+  done
+fi
+
+# --- Google Benchmark suites -----------------------------------------------------
+
+if want gbench; then
+  shopt -s nullglob
+  bms=("$build"/benchmarks/gbench/bm_*)
+  [ ${#bms[@]} -gt 0 ] || echo "bench.sh: no bm_* binaries in $build/benchmarks/gbench (Google Benchmark missing?)" >&2
+  for b in "${bms[@]}"; do
+    [ -x "$b" ] && [ -f "$b" ] || continue
+    name=$(basename "$b")
+    step "$name x $reps repetitions"
+    "$b" --benchmark_out="$results/$name.json" --benchmark_out_format=json \
+      --benchmark_repetitions="$reps" --benchmark_enable_random_interleaving=true \
+      --benchmark_min_time="$min_time" --benchmark_display_aggregates_only=true \
+      >"$results/$name.txt" 2>&1 || failed+=("$name")
+    grep -E '_median|^-|^Benchmark' "$results/$name.txt" >&2 || true
+  done
+fi
+
+# --- the machine after, and the headline ratios ------------------------------------
+
+if [ -f "$results/meta.json.tmp" ]; then
+  python3 "$here/bench_data.py" meta-finish "$results/meta.json.tmp" >"$results/meta.json" && rm -f "$results/meta.json.tmp"
+fi
+python3 "$here/bench_data.py" summary "$results" >"$results/summary.txt" || failed+=("summary")
+cat "$results/summary.txt" >&2
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '\nbench.sh: failed: %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+printf '\nbench.sh: results in %s\n' "$results" >&2

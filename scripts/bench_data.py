@@ -1,0 +1,511 @@
+#!/usr/bin/env python3
+"""Read weft's benchmark results (scripts/bench.sh) and turn them into what
+people read: the machine's metadata, the headline ratios, and the data files
+that scripts/plots.sh hands to gnuplot. Standard library only.
+
+  bench_data.py meta BUILD_DIR         print meta.json (machine, build, load)
+  bench_data.py meta-finish META.tmp   add the load after the run; print it
+  bench_data.py summary RESULTS_DIR    print the headline ratios and targets
+  bench_data.py plots RESULTS_DIR OUT  write gnuplot data files (*.dat) into OUT
+
+Google Benchmark files (bm_*.json) are read per repetition: the median of
+each case is taken over its repetitions here, so the numbers do not depend
+on which aggregates the run asked for. weft-bench files (*.jsonl) carry
+their own medians (elapsed_ms) and every sample.
+"""
+
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+
+def die(msg):
+    sys.stderr.write("bench_data.py: %s\n" % msg)
+    sys.exit(2)
+
+
+# --- meta ------------------------------------------------------------------------
+
+
+def read_first(path, key):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.split(":")[0].strip() == key:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return None
+
+
+def cmake_cache(build, key):
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cmd_meta(build):
+    meta = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "kernel": " ".join(platform.uname()[i] for i in (0, 2, 4)),
+        "cpu_model": read_first("/proc/cpuinfo", "model name") or read_first("/proc/cpuinfo", "Hardware"),
+        "cores": len(os.sched_getaffinity(0)),
+        "cpus_online": os.cpu_count(),
+        "mem_total_kb": None,
+        "loadavg_before": loadavg(),
+        "build_type": cmake_cache(build, "CMAKE_BUILD_TYPE"),
+        "c_compiler": cmake_cache(build, "CMAKE_C_COMPILER"),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("WEFT_", "OMP_", "GOMP_", "KMP_"))},
+    }
+    mem = read_first("/proc/meminfo", "MemTotal")
+    if mem:
+        meta["mem_total_kb"] = int(mem.split()[0])
+    gov = "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    if os.path.exists(gov):
+        with open(gov) as f:
+            meta["cpufreq_governor"] = f.read().strip()
+    # weft's own view of the build (version, OpenMP runtime, context switch,
+    # git commit): one tiny weft-bench measurement carries all of it.
+    wb = os.path.join(build, "benchmarks", "weft-bench", "weft-bench")
+    try:
+        out = subprocess.run([wb, "sleep", "--jobs", "1", "--sleep-ms", "1", "--json"], capture_output=True,
+                             text=True, timeout=60).stdout
+        rec = json.loads(out.splitlines()[0])
+        for k in ("weft_version", "git_commit", "compiler", "weft_compiler", "openmp_runtime", "weft_openmp",
+                  "fibers", "carriers", "context_switch", "stack_size", "stack_guard", "io_uring"):
+            meta[k] = rec.get(k)
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError) as e:
+        meta["weft_info_error"] = str(e)
+    try:
+        v = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libbenchmark-dev"], capture_output=True,
+                           text=True, timeout=30)
+        meta["google_benchmark"] = v.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        meta["google_benchmark"] = None
+    json.dump(meta, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def cmd_meta_finish(path):
+    with open(path) as f:
+        meta = json.load(f)
+    meta["date_end"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    meta["loadavg_after"] = loadavg()
+    json.dump(meta, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+# --- reading results -------------------------------------------------------------------
+
+NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+class GBench:
+    """Per-case medians over the repetitions of one or more bm_*.json files."""
+
+    def __init__(self, results):
+        self.runs = {}  # run_name -> list of iteration entries
+        for path in sorted(glob.glob(os.path.join(results, "bm_*.json"))):
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError) as e:
+                sys.stderr.write("bench_data.py: %s: %s (skipped)\n" % (path, e))
+                continue
+            for b in doc.get("benchmarks", []):
+                if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+                    continue
+                self.runs.setdefault(b.get("run_name", b["name"]), []).append(b)
+
+    def names(self):
+        return list(self.runs)
+
+    def has(self, name):
+        return name in self.runs
+
+    def ns(self, name):
+        """Median wall time per iteration, in ns."""
+        rs = self.runs.get(name)
+        if not rs:
+            return None
+        return statistics.median(r["real_time"] * NS.get(r.get("time_unit", "ns"), 1.0) for r in rs)
+
+    def counter(self, name, key):
+        rs = [r for r in self.runs.get(name, []) if key in r]
+        if not rs:
+            return None
+        return statistics.median(r[key] for r in rs)
+
+    def reps(self, name):
+        return len(self.runs.get(name, []))
+
+
+def read_jsonl(path):
+    recs = []
+    if not os.path.exists(path):
+        return recs
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                recs.append(json.loads(line))
+            except ValueError as e:
+                sys.stderr.write("bench_data.py: %s:%d: %s (skipped)\n" % (path, n, e))
+    return recs
+
+
+def read_sleep(results):
+    """weft-bench sleep records: fibers and threads, then the fallback's file."""
+    return (read_jsonl(os.path.join(results, "weft-bench-sleep.jsonl")) +
+            read_jsonl(os.path.join(results, "weft-bench-sleep-fallback.jsonl")))
+
+
+def fmt_ns(v):
+    if v is None:
+        return "-"
+    if v >= 1e6:
+        return "%.2f ms" % (v / 1e6)
+    if v >= 1e3:
+        return "%.2f us" % (v / 1e3)
+    return "%.0f ns" % v
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def fmt_x(v):
+    return "-" if v is None else "%.2fx" % v
+
+
+def verdict(v, ok):
+    if v is None:
+        return "n/a"
+    return "MET" if ok(v) else "MISSED"
+
+
+# --- summary ---------------------------------------------------------------------------
+
+PMAP_SIZES = (100, 10000, 1000000)
+PMAP_IMPLS = (("Seq", "sequential"), ("OmpFor", "omp parallel for"), ("OmpTaskloop", "omp taskloop"),
+              ("Tbb", "tbb::parallel_for"), ("WeftPmap", "weft_pmap (auto grain)"))
+
+
+def pmap_name(impl, n):
+    return "BM_%s/n:%d/real_time" % (impl, n)
+
+
+def best_grain(g, n):
+    best = None
+    prefix = "BM_WeftPmapGrain/n:%d/grain:" % n
+    for name in g.names():
+        if name.startswith(prefix):
+            ips = g.counter(name, "items_per_second")
+            grain = int(name[len(prefix):].split("/")[0])
+            if ips and (best is None or ips > best[1]):
+                best = (grain, ips)
+    return best
+
+
+def summary_pmap(g, out):
+    if not g.has(pmap_name("Seq", 100)):
+        return []
+    targets = []
+    out.append("CPU parallel map (bm_pmap), math kernel, items/s (median of %d repetitions)" %
+               g.reps(pmap_name("Seq", 100)))
+    out.append("  %-26s %14s %14s %14s" % ("", "n = 100", "n = 10^4", "n = 10^6"))
+    for impl, label in PMAP_IMPLS:
+        vals = [g.counter(pmap_name(impl, n), "items_per_second") for n in PMAP_SIZES]
+        if all(v is None for v in vals):
+            continue
+        out.append("  %-26s %14s %14s %14s" % ((label,) + tuple("-" if v is None else "%.3g" % v for v in vals)))
+    bests = [best_grain(g, n) for n in PMAP_SIZES]
+    out.append("  %-26s %14s %14s %14s" % (("weft_pmap best fixed grain",) + tuple(
+        "-" if b is None else "%.3g (g=%d)" % (b[1], b[0]) for b in bests)))
+    out.append("  ratios of weft_pmap (auto) to each, same run:")
+    weft = [g.counter(pmap_name("WeftPmap", n), "items_per_second") for n in PMAP_SIZES]
+    for impl, label in PMAP_IMPLS[:-1]:
+        base = [g.counter(pmap_name(impl, n), "items_per_second") for n in PMAP_SIZES]
+        if all(v is None for v in base):
+            continue
+        out.append("    %-24s %14s %14s %14s" % (("vs " + label,) + tuple(fmt_x(ratio(w, b)) for w, b in zip(weft, base))))
+    out.append("    %-24s %14s %14s %14s" % (("vs best fixed grain",) + tuple(
+        fmt_x(ratio(w, b[1] if b else None)) for w, b in zip(weft, bests))))
+    e_w, e_o = g.ns("BM_EmptyWeftPmap/real_time"), g.ns("BM_EmptyOmpFor/real_time")
+    if e_w is not None:
+        out.append("  empty call (one element per thread): weft_pmap %s, omp parallel for %s: %s" %
+                   (fmt_ns(e_w), fmt_ns(e_o), fmt_x(ratio(e_w, e_o))))
+    gl = {k: g.counter("BM_GparsLoop_%s/real_time" % k, "ns_per_call") for k in ("Seq", "Weft", "OmpFor")}
+    out.append("  GPars loop, n = 100 called repeatedly: ns per call: seq %s, weft_pmap %s, omp parallel for %s" %
+               (fmt_ns(gl["Seq"]), fmt_ns(gl["Weft"]), fmt_ns(gl["OmpFor"])))
+    r1 = ratio(weft[2], g.counter(pmap_name("OmpFor", 10**6), "items_per_second"))
+    r2 = ratio(weft[2], g.counter(pmap_name("Seq", 10**6), "items_per_second"))
+    r3 = ratio(gl["Weft"], gl["OmpFor"])
+    targets.append(("weft_pmap >= 0.95x omp parallel for at n = 10^6 (throughput)", r1, verdict(r1, lambda v: v >= 0.95)))
+    targets.append(("weft_pmap >= 1.8x sequential at n = 10^6 (throughput)", r2, verdict(r2, lambda v: v >= 1.8)))
+    targets.append(("GPars loop: weft time per call <= 1.5x omp parallel for", r3, verdict(r3, lambda v: v <= 1.5)))
+    r4 = ratio(weft[2], bests[2][1] if bests[2] else None)
+    targets.append(("auto grain vs best fixed grain at n = 10^6 (throughput; info)", r4, "info"))
+    out.append("")
+    return targets
+
+
+FUTURE_CASES = (("BM_FutureCpu/real_time", "CPU future start+get (main thread)"),
+                ("BM_FutureBlocking/real_time", "BLOCKING future start+get (main thread)"),
+                ("BM_FiberSpawnJoin/real_time", "fiber spawn+join (from a fiber)"),
+                ("BM_FiberSpawnJoinBatch/k:100/real_time", "fiber spawn+join, 100 at a time (per future)"),
+                ("BM_FutureCpuFromFiber/real_time", "CPU future start+get (from a fiber)"),
+                ("BM_PthreadCreateJoin/real_time", "pthread_create+join"))
+
+
+def summary_future(g, out):
+    if not g.has("BM_PthreadCreateJoin/real_time"):
+        return []
+    out.append("Futures (bm_future), ns per start+get (median of %d repetitions)" %
+               g.reps("BM_PthreadCreateJoin/real_time"))
+    pt = g.ns("BM_PthreadCreateJoin/real_time")
+    for name, label in FUTURE_CASES:
+        v = g.ns(name)
+        if name.startswith("BM_FiberSpawnJoinBatch"):
+            v = g.counter(name, "ns_per_future")
+        out.append("  %-46s %12s   pthread_create+join / this: %s" % (label, fmt_ns(v), fmt_x(ratio(pt, v))))
+    out.append("")
+    r1 = ratio(pt, g.ns("BM_FutureCpu/real_time"))
+    r2 = ratio(pt, g.ns("BM_FiberSpawnJoin/real_time"))
+    return [("CPU future start+get >= 5x faster than pthread_create+join", r1, verdict(r1, lambda v: v >= 5)),
+            ("fiber spawn+join >= 50x faster than pthread_create+join", r2, verdict(r2, lambda v: v >= 50))]
+
+
+def summary_sleep(g, out):
+    if not g.has("BM_SleepThreadNanosleep/d_ns:0/real_time"):
+        return []
+    out.append("Sleep lateness (bm_sleep), actual - requested, ns: median of the per-repetition medians [p99]")
+    out.append("  %-28s %18s %18s %18s %18s" % ("", "d = 0 (yield)", "d = 10 us", "d = 100 us", "d = 1 ms"))
+    for case, label in (("SleepFiber", "weft_sleep_ns on a fiber"), ("SleepThreadWeft", "weft_sleep_ns on a thread"),
+                        ("SleepThreadNanosleep", "clock_nanosleep on a thread")):
+        cells = []
+        for d in (0, 10000, 100000, 1000000):
+            name = "BM_%s/d_ns:%d/real_time" % (case, d)
+            m, p = g.counter(name, "lateness_ns"), g.counter(name, "lateness_p99_ns")
+            cells.append("-" if m is None else "%s [%s]" % (fmt_ns(m), fmt_ns(p)))
+        out.append("  %-28s %18s %18s %18s %18s" % ((label,) + tuple(cells)))
+    labels = {"weft": "weft_sleep_ns (parks the fiber)",
+              "plain": "plain clock_nanosleep (pins the carrier), monitor on",
+              "plain_nomonitor": "plain clock_nanosleep, monitor threshold out of reach"}
+    for case in ("weft", "plain", "plain_nomonitor"):
+        name = "BM_Pinned_%s/real_time" % case
+        if g.has(name):
+            out.append("  %d jobs of 100 ms on %d carriers, %-54s %9s = x%.2f one sleep; carriers at the end: %d" % (
+                g.counter(name, "jobs") or 0, g.counter(name, "carriers") or 0, labels[case] + ":",
+                fmt_ns(g.ns(name)), g.counter(name, "x_sleep") or 0, g.counter(name, "carriers_running") or 0))
+    out.append("")
+    return []
+
+
+def summary_weft_bench(results, out):
+    emb = read_jsonl(os.path.join(results, "weft-bench-embroidery.jsonl"))
+    if emb:
+        out.append("weft-bench embroidery (jobs sleeping 1000 ms), median ms [threads]")
+        for r in emb:
+            extra = ""
+            if r.get("extrapolated_ms_at_1000") is not None:
+                extra = "  (slept %s ms; extrapolated to 1000 ms: ~%.0f s, an estimate)" % (
+                    r.get("sleep_ms"), r["extrapolated_ms_at_1000"] / 1000)
+            out.append("  %-14s jobs %5s: %10.1f ms  [%s threads]%s" % (r.get("backend"), r.get("jobs"),
+                                                                        r.get("elapsed_ms") or -1, r.get("os_threads"), extra))
+        out.append("")
+    gp = read_jsonl(os.path.join(results, "weft-bench-gpars.jsonl"))
+    if gp:
+        out.append("weft-bench gpars (calls of a map over N elements), median")
+        for r in gp:
+            out.append("  %-6s %-22s %5s calls x %4s items: %10.1f ms  %12.0f calls/s  %10s/call  %sx sequential" % (
+                r.get("case"), r.get("label"), r.get("loops"), r.get("items"), r.get("elapsed_ms") or -1,
+                r.get("per_s") or 0, fmt_ns(r.get("ns_per_call")), r.get("speedup")))
+        out.append("")
+    sl = read_sleep(results)
+    if sl:
+        table, cols = {}, []
+        for r in sl:
+            key = (series_of(r), r.get("sleep_ms"))
+            table.setdefault(r.get("jobs"), {})[key] = r
+            if key not in cols:
+                cols.append(key)
+        order = {"fibers": 0, "threads": 1, "fallback": 2}
+        cols.sort(key=lambda k: (order.get(k[0], 3), -(k[1] or 0)))
+        names = {"fibers": "fibers", "threads": "thread/job", "fallback": "fallback"}
+        out.append("weft-bench sleep: N jobs that each sleep, median ms [OS threads]")
+        out.append("  %8s" % "jobs" + "".join("%22s" % ("%s %s ms" % (names.get(c[0], c[0]), c[1])) for c in cols))
+        for jobs in sorted(table):
+            cells = []
+            for c in cols:
+                r = table[jobs].get(c)
+                cells.append("-" if r is None else ("failed" if r.get("status") != "ok" else "%.1f [%s]" % (
+                    r.get("elapsed_ms"), r.get("os_threads"))))
+            out.append("  %8s" % jobs + "".join("%22s" % x for x in cells))
+        out.append("")
+
+
+def cmd_summary(results):
+    g = GBench(results)
+    out, targets = [], []
+    meta_path = os.path.join(results, "meta.json")
+    if os.path.exists(meta_path):
+        with open(meta_path) as f:
+            m = json.load(f)
+        out.append("Machine: %s, %s cores, %s; weft %s (%s), OpenMP %s; load average before %s, after %s" % (
+            m.get("cpu_model"), m.get("cores"), m.get("kernel"), m.get("weft_version"), m.get("git_commit"),
+            m.get("openmp_runtime"), m.get("loadavg_before"), m.get("loadavg_after")))
+        out.append("")
+    targets += summary_pmap(g, out)
+    targets += summary_future(g, out)
+    targets += summary_sleep(g, out)
+    summary_weft_bench(results, out)
+    if targets:
+        out.append("Targets (ratios within this run)")
+        for label, v, verd in targets:
+            out.append("  %-66s %8s  %s" % (label, fmt_x(v), verd))
+    print("\n".join(out))
+
+
+# --- plot data ---------------------------------------------------------------------------
+
+
+def series_of(r):
+    if r.get("backend") == "threads":
+        return "threads"
+    if r.get("backend") == "weft":
+        return "fibers" if r.get("fibers") else "fallback"
+    return r.get("backend")
+
+
+def write(path, header, rows):
+    with open(path, "w") as f:
+        f.write("# " + header + "\n")
+        for row in rows:
+            f.write(" ".join(str(x) for x in row) + "\n")
+
+
+def cmd_plots(results, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    made = []
+    # 1, 2: weft-bench sleep: elapsed and OS threads against jobs.
+    sl = [r for r in read_sleep(results) if r.get("status") == "ok"]
+    # One file per series and sleep: sleep-<series>-<ms>.dat.
+    keys = []
+    for r in sl:
+        k = (series_of(r), r.get("sleep_ms"))
+        if k not in keys:
+            keys.append(k)
+    for s, ms in keys:
+        rows = sorted((r["jobs"], r["elapsed_ms"], r.get("elapsed_ms_min", r["elapsed_ms"]),
+                       r.get("elapsed_ms_max", r["elapsed_ms"]), r.get("os_threads", 0), r.get("sleep_ms"))
+                      for r in sl if (series_of(r), r.get("sleep_ms")) == (s, ms))
+        name = "sleep-%s-%s.dat" % (s, ms)
+        write(os.path.join(outdir, name), "jobs median_ms min_ms max_ms os_threads sleep_ms", rows)
+        made.append(name)
+    if sl:
+        write(os.path.join(outdir, "sleep-meta.dat"), "cores", [(sl[0].get("cores") or 1,)])
+    # 3: pmap speed-up against n, and against grain.
+    g = GBench(results)
+    if g.has(pmap_name("Seq", 100)):
+        seq = {n: g.counter(pmap_name("Seq", n), "items_per_second") for n in PMAP_SIZES}
+        for impl, _ in PMAP_IMPLS:
+            rows = []
+            for n in PMAP_SIZES:
+                v = g.counter(pmap_name(impl, n), "items_per_second")
+                if v and seq[n]:
+                    rows.append((n, v / seq[n]))
+            if rows:
+                write(os.path.join(outdir, "pmap-n-%s.dat" % impl), "n speedup_over_seq", rows)
+                made.append("pmap-n-%s.dat" % impl)
+        for n in PMAP_SIZES:
+            prefix = "BM_WeftPmapGrain/n:%d/grain:" % n
+            rows = []
+            for name in g.names():
+                if name.startswith(prefix):
+                    v = g.counter(name, "items_per_second")
+                    if v and seq[n]:
+                        rows.append((int(name[len(prefix):].split("/")[0]), v / seq[n]))
+            if rows:
+                auto = g.counter(pmap_name("WeftPmap", n), "items_per_second")
+                omp = g.counter(pmap_name("OmpFor", n), "items_per_second")
+                rows.sort()
+                # Columns 3 and 4 repeat the auto grain's and omp's speed-up on every row: flat lines.
+                rows = [(gr, s, (auto or 0) / seq[n], (omp or 0) / seq[n]) for gr, s in rows]
+                write(os.path.join(outdir, "pmap-grain-%d.dat" % n), "grain speedup auto_speedup omp_speedup", rows)
+                made.append("pmap-grain-%d.dat" % n)
+    # 4: the GPars table as bars: calls per second, per case and backend.
+    gp = [r for r in read_jsonl(os.path.join(results, "weft-bench-gpars.jsonl")) if r.get("status") == "ok"]
+    if gp:
+        cases = []
+        for r in gp:
+            if r.get("case") not in cases:
+                cases.append(r.get("case"))
+        labels = []
+        for r in gp:
+            if r.get("label") not in labels:
+                labels.append(r.get("label"))
+        rows = []
+        for lab in labels:
+            row = ['"%s"' % lab]
+            for c in cases:
+                v = [r.get("ns_per_call") for r in gp if r.get("label") == lab and r.get("case") == c]
+                row.append("%.6g" % (v[0] / 1000.0) if v and v[0] else "NaN")
+            rows.append(row)
+        header = "backend " + " ".join("%s_us_per_call(%s_items)" % (c, next(
+            (r.get("items") for r in gp if r.get("case") == c), "?")) for c in cases)
+        write(os.path.join(outdir, "gpars.dat"), header, rows)
+        write(os.path.join(outdir, "gpars-cases.dat"), "case items loops",
+              [(c, next((r.get("items") for r in gp if r.get("case") == c), "?"),
+                next((r.get("loops") for r in gp if r.get("case") == c), "?")) for c in cases])
+        made.append("gpars.dat")
+    # Futures: ns per start+get, as bars.
+    if g.has("BM_PthreadCreateJoin/real_time"):
+        rows = []
+        for name, label in FUTURE_CASES:
+            v = g.counter(name, "ns_per_future") if "Batch" in name else g.ns(name)
+            if v:
+                rows.append(('"%s"' % label, "%.6g" % v, '"%s"' % fmt_ns(v)))
+        write(os.path.join(outdir, "future.dat"), "case ns label", rows)
+        made.append("future.dat")
+    print(" ".join(made))
+
+
+def main(argv):
+    if len(argv) < 2:
+        die("usage: bench_data.py meta BUILD | meta-finish FILE | summary RESULTS | plots RESULTS OUT")
+    cmd = argv[1]
+    if cmd == "meta" and len(argv) == 3:
+        cmd_meta(argv[2])
+    elif cmd == "meta-finish" and len(argv) == 3:
+        cmd_meta_finish(argv[2])
+    elif cmd == "summary" and len(argv) == 3:
+        cmd_summary(argv[2])
+    elif cmd == "plots" and len(argv) == 4:
+        cmd_plots(argv[2], argv[3])
+    else:
+        die("usage: bench_data.py meta BUILD | meta-finish FILE | summary RESULTS | plots RESULTS OUT")
+
+
+if __name__ == "__main__":
+    main(sys.argv)
