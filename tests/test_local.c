@@ -16,17 +16,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "local/local.h"
 #include "sys.h"
 
-#define MS 1000000LL
+#define MS   1000000LL
 #define V(x) ((void *)(uintptr_t)(x))
 #define U(p) ((uintptr_t)(p))
 
 static const weft_kind kinds[] = {WEFT_CPU, WEFT_BLOCKING};
-
 
 static void *ret_arg(void *arg) { return arg; }
 
@@ -196,7 +197,8 @@ static void test_per_fiber(void) {
   CU_ASSERT_EQUAL_FATAL(weft_key_create(&c.key, sum_dtor), 0);
   enum { N = 1000 };
   weft_future **fs = calloc(N, sizeof *fs);
-  for (uintptr_t i = 0; i < N; i++) CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, own_value, V(i + 1), &fs[i]), 0);
+  for (uintptr_t i = 0; i < N; i++)
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, own_value, V(i + 1), &fs[i]), 0);
   for (size_t i = 0; i < N; i++) {
     CU_ASSERT_EQUAL(weft_future_get(fs[i], -1, NULL), 0);
     weft_future_free(fs[i]);
@@ -439,8 +441,8 @@ static void test_dtor_rounds(void) {
   CU_ASSERT_EQUAL_FATAL(weft_key_create(&g_round_key2, round_dtor2), 0);
   for (int fiber = 0; fiber < 2; fiber++) {
     if (fiber && !weft_test_fibers_expected()) continue;
-    check_rounds(fiber, 3, 3);                         /* set again twice: three calls */
-    check_rounds(fiber, 1000, WEFT__LOCAL_ROUNDS);     /* sets forever: bounded */
+    check_rounds(fiber, 3, 3);                     /* set again twice: three calls */
+    check_rounds(fiber, 1000, WEFT__LOCAL_ROUNDS); /* sets forever: bounded */
   }
   CU_ASSERT_EQUAL(weft_key_delete(g_round_key), 0);
   CU_ASSERT_EQUAL(weft_key_delete(g_round_key2), 0);
@@ -516,8 +518,8 @@ static void *scoped_main(void *arg) {
 static void test_scope_basic(void) {
   CU_ASSERT_EQUAL_FATAL(weft_key_create(&g_sk, NULL), 0);
   CU_ASSERT_EQUAL_FATAL(weft_key_create(&g_sk2, NULL), 0);
-  CU_ASSERT_EQUAL(U(scoped_main(NULL)), 0);            /* on the main thread */
-  CU_ASSERT_EQUAL(U(on_fiber(scoped_main, NULL)), 0);  /* on a fiber */
+  CU_ASSERT_EQUAL(U(scoped_main(NULL)), 0);           /* on the main thread */
+  CU_ASSERT_EQUAL(U(on_fiber(scoped_main, NULL)), 0); /* on a fiber */
   /* A binding of NULL is a binding; scoped and local values do not mix. */
   void *r = NULL;
   CU_ASSERT_EQUAL(weft_scope_run(g_sk, NULL, inner_fn, NULL, &r), 0);
@@ -725,6 +727,51 @@ static void test_scope_deep(void) {
   CU_ASSERT_EQUAL(weft_key_delete(g_sk), 0);
 }
 
+/* --- fork ------------------------------------------------------------------------------------- */
+
+/* A child forked while other threads create and delete keys can still use keys (none stays locked). */
+static void child_keys(void *arg) {
+  (void)arg;
+  alarm(20); /* a hang ends as SIGALRM, never as a stuck test */
+  weft_key_t k;
+  if (weft_key_create(&k, NULL) != 0) _exit(3);
+  if (weft_local_set(k, V(8)) != 0 || weft_local_get(k) != V(8)) _exit(4);
+  if (weft_scope_run(k, V(1), ret_arg, V(2), NULL) != 0) _exit(5);
+  weft_local_set(k, NULL);
+  if (weft_key_delete(k) != 0) _exit(6);
+  static const char ok[] = "local-child-ok\n";
+  ssize_t w = write(2, ok, sizeof ok - 1);
+  (void)w;
+  _exit(0);
+}
+
+typedef struct churner {
+  atomic_int stop;
+  churn c;
+} churner;
+
+static void *churn_until_stop(void *arg) {
+  churner *ch = arg;
+  while (!atomic_load(&ch->stop)) churn_fn(&ch->c);
+  return NULL;
+}
+
+static void test_fork(void) {
+  churner ch;
+  memset(&ch, 0, sizeof ch);
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, churn_until_stop, &ch), 0);
+  for (int i = 0; i < 5; i++) {
+    char err[256];
+    int st = weft_test_child(child_keys, NULL, err, sizeof err);
+    CU_ASSERT_TRUE(WIFEXITED(st));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "local-child-ok"));
+  }
+  atomic_store(&ch.stop, 1);
+  pthread_join(t, NULL);
+  CU_ASSERT_EQUAL(atomic_load(&ch.c.bad), 0);
+}
+
 /* --- allocation failures --------------------------------------------------------------------- */
 
 #ifdef WEFT_TESTING
@@ -830,26 +877,26 @@ static void test_faults(void) {
 #endif
 
 int main(int argc, char **argv) {
-  static const weft_test tests[] = {
-      {"keys", test_keys},
-      {"bad_input", test_bad_input},
-      {"exhaustion", test_exhaustion},
-      {"key_churn", test_key_churn},
-      {"per_fiber", test_per_fiber},
-      {"not_inherited", test_not_inherited},
-      {"cpu_work_thread_values", test_cpu_work_thread_values},
-      {"dtor_thread_exit", test_dtor_thread_exit},
-      {"dtor_fiber_end", test_dtor_fiber_end},
-      {"dtor_rounds", test_dtor_rounds},
-      {"many_fibers_one_key", test_many_fibers_one_key},
-      {"scope_basic", test_scope_basic},
-      {"scope_reach", test_scope_reach},
-      {"scope_outlived", test_scope_outlived},
-      {"scope_future_freed", test_scope_future_freed},
-      {"scope_deep", test_scope_deep},
+  static const weft_test tests[] = {{"keys", test_keys},
+                                    {"bad_input", test_bad_input},
+                                    {"exhaustion", test_exhaustion},
+                                    {"key_churn", test_key_churn},
+                                    {"per_fiber", test_per_fiber},
+                                    {"not_inherited", test_not_inherited},
+                                    {"cpu_work_thread_values", test_cpu_work_thread_values},
+                                    {"dtor_thread_exit", test_dtor_thread_exit},
+                                    {"dtor_fiber_end", test_dtor_fiber_end},
+                                    {"dtor_rounds", test_dtor_rounds},
+                                    {"many_fibers_one_key", test_many_fibers_one_key},
+                                    {"scope_basic", test_scope_basic},
+                                    {"scope_reach", test_scope_reach},
+                                    {"scope_outlived", test_scope_outlived},
+                                    {"scope_future_freed", test_scope_future_freed},
+                                    {"scope_deep", test_scope_deep},
+                                    {"fork", test_fork},
 #ifdef WEFT_TESTING
-      {"faults", test_faults},
+                                    {"faults", test_faults},
 #endif
-      {NULL, NULL}};
+                                    {NULL, NULL}};
   return weft_test_run(argc, argv, "local", tests);
 }

@@ -580,7 +580,8 @@ static int cond_race_fn(void *ctx, size_t i) {
       break;
     } else {
       int rc = weft_cond_wait(&cr->c, &cr->m, in_ms((int64_t)(1 + i % 3)));
-      if (rc == -ETIMEDOUT) atomic_fetch_add(&cr->timeouts, 1);
+      if (rc == -ETIMEDOUT)
+        atomic_fetch_add(&cr->timeouts, 1);
       else if (rc != 0) {
         weft_mutex_unlock(&cr->m);
         return 1;
@@ -723,8 +724,12 @@ static void *leaver_wait(void *arg) {
   return (void *)(intptr_t)rc;
 }
 
-static bool cond_one_waiter(void *arg) { return __atomic_load_n(&((weft_cond_t *)arg)->waiters_, __ATOMIC_RELAXED) == 1; }
-static bool cond_two_waiters(void *arg) { return __atomic_load_n(&((weft_cond_t *)arg)->waiters_, __ATOMIC_RELAXED) == 2; }
+static bool cond_one_waiter(void *arg) {
+  return __atomic_load_n(&((weft_cond_t *)arg)->waiters_, __ATOMIC_RELAXED) == 1;
+}
+static bool cond_two_waiters(void *arg) {
+  return __atomic_load_n(&((weft_cond_t *)arg)->waiters_, __ATOMIC_RELAXED) == 2;
+}
 
 static void cond_skips_leaver_body(void) {
   leaver lv;
@@ -823,7 +828,9 @@ static void *cv_last_user(void *arg) {
   return NULL;
 }
 
-static bool cv_has_waiter(void *arg) { return __atomic_load_n(&((heap_cv *)arg)->c.waiters_, __ATOMIC_RELAXED) == 1; }
+static bool cv_has_waiter(void *arg) {
+  return __atomic_load_n(&((heap_cv *)arg)->c.waiters_, __ATOMIC_RELAXED) == 1;
+}
 
 static void test_cond_free_after_wake(void) {
   size_t rounds = scaled(300, 10);
@@ -844,7 +851,9 @@ static void test_cond_free_after_wake(void) {
 /* Semaphore                                                                               */
 /* ======================================================================================= */
 
-static uint32_t sem_waiters(weft_sem_t *s) { return (uint32_t)(__atomic_load_n(&s->value_, __ATOMIC_RELAXED) >> 32); }
+static uint32_t sem_waiters(weft_sem_t *s) {
+  return (uint32_t)(__atomic_load_n(&s->value_, __ATOMIC_RELAXED) >> 32);
+}
 static uint32_t sem_units(weft_sem_t *s) { return (uint32_t)__atomic_load_n(&s->value_, __ATOMIC_RELAXED); }
 
 static void test_sem_errors(void) {
@@ -1545,11 +1554,11 @@ static void test_chan_free_after_recv(void) {
 
 static weft_mutex_t s_mu = WEFT_MUTEX_INITIALIZER;
 static weft_cond_t s_cv = WEFT_COND_INITIALIZER;
-static long s_items;   /* under s_mu */
-static long s_taken;   /* under s_mu */
+static long s_items; /* under s_mu */
+static long s_taken; /* under s_mu */
 static long s_target;
 
-/* Half the callers produce items, half consume them, through a mutex and a cond from the static initializers. */
+/* Even callers produce, odd ones consume, through the statically initialised mutex and cond. */
 static int static_fn(void *ctx, size_t i) {
   (void)ctx;
   long per = s_target;
@@ -1579,7 +1588,7 @@ static int static_fn(void *ctx, size_t i) {
 static void static_init_body(void) {
   s_items = s_taken = 0;
   s_target = (long)scaled(200, 10);
-  /* Consumers only on threads and fibers (the fallback runs pmap elements a few at a time: only producers there). */
+  /* On the fallback, threads only: a consumer element could hold every CPU worker while producers wait. */
   size_t nfib = weft_fibers_available() ? scaled(100, 5) * 2 : 0;
   CU_ASSERT_EQUAL(run_mixed(nfib, 8, static_fn, NULL), 0);
   CU_ASSERT_EQUAL(s_taken, (long)(nfib + 8) / 2 * s_target);

@@ -109,6 +109,8 @@ void weft_shutdown(void) {
   if (weft__fiber_self()) weft__die("weft_shutdown called on a fiber: it would wait for itself");
   if (weft__cpu_host_member())
     weft__die("weft_shutdown called from weft's own CPU workers: it would wait for itself");
+  if (weft__offload_is_worker())
+    weft__die("weft_shutdown called from an offloaded call: it would wait for itself");
   pthread_mutex_lock(&shutdown_mu);
   /*
    * Work in flight may start more work of the other kind (a CPU future

@@ -40,7 +40,7 @@ struct weft_future {
   weft_task_fn fn;
   void *arg;
   void *result;               /* fn's result: written before DONE is published */
-  struct weft__scope *scope;  /* the starter's scoped bindings, seen by fn */
+  struct weft__scope *scope;  /* the starter's scoped bindings, seen by fn: one reference, held until freed */
   weft__lock lock;            /* guards waiters, run_tc, cancel_requested */
   weft__waitlist waiters;     /* getters waiting for the result */
   weft__tctx *run_tc;         /* the running context's record, for cancellation; NULL when not running */

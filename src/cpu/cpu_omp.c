@@ -55,7 +55,10 @@ static struct {
   weft__job *tail;
   bool thread_started;    /* the host thread exists (until shutdown joins it) */
   bool stopping;          /* weft__cpu_shutdown is waiting for the queue to drain */
+  bool flush;             /* libomp: shutdown wants the team closed now, the thread kept */
+  bool idle;              /* the host thread waits for work with its team closed */
   bool waiting;           /* someone waits on cv: submit signals only then */
+  pthread_cond_t idle_cv; /* shutdown waits here for idle (libomp) */
   bool cv_ready;          /* cv was initialised with CLOCK_MONOTONIC */
   pthread_t thread;
   atomic_size_t active;   /* jobs made tasks and not yet finished */
@@ -133,6 +136,7 @@ static void host_cv_init(void) {
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&host.cv, &a);
   pthread_condattr_destroy(&a);
+  pthread_cond_init(&host.idle_cv, NULL);
   host.cv_ready = true;
 }
 
@@ -186,7 +190,7 @@ static void dispatch(bool alone) {
     }
     /* Acquire pairs with host_task's release: the jobs' effects are visible. */
     if (atomic_load_explicit(&host.active, memory_order_acquire) == 0) {
-      if (host.stopping) break;
+      if (host.stopping || host.flush) break;
       int64_t now = mono_ns();
       if (!idle_since) idle_since = now;
       if (now - idle_since >= LINGER_NS) break;
@@ -206,9 +210,12 @@ static void *host_main(void *arg) {
   pthread_mutex_lock(&host.mu);
   for (;;) {
     while (!host.head && !host.stopping) {
+      host.idle = true;
+      pthread_cond_broadcast(&host.idle_cv);
       host.waiting = true;
       pthread_cond_wait(&host.cv, &host.mu);
       host.waiting = false;
+      host.idle = false;
     }
     if (!host.head && host.stopping) break;
     pthread_mutex_unlock(&host.mu);
@@ -294,6 +301,23 @@ void weft__cpu_shutdown(void) {
     weft__pool_shutdown();
     return;
   }
+  if (runtime_is_libomp()) {
+    /*
+     * LLVM's libomp corrupts its task allocator when a thread that created
+     * tasks as the master of a team exits and other threads go on using
+     * OpenMP (kmp_alloc.cpp assertions, bus errors; reproduced with libomp
+     * 14 and reported against later versions too). So under libomp the host
+     * thread outlives weft_shutdown: its team closes, every job has run, and
+     * the thread sleeps on a condition variable until weft needs it again.
+     */
+    host.flush = true;
+    pthread_cond_broadcast(&host.cv);
+    while (!(host.idle && !host.head)) pthread_cond_wait(&host.idle_cv, &host.mu);
+    host.flush = false;
+    pthread_mutex_unlock(&host.mu);
+    weft__pool_shutdown();
+    return;
+  }
   host.stopping = true;
   pthread_cond_broadcast(&host.cv);
   pthread_mutex_unlock(&host.mu);
@@ -312,6 +336,8 @@ void weft__cpu_atfork_child(void) {
   host.head = host.tail = NULL;
   host.thread_started = false;
   host.stopping = false;
+  host.flush = false;
+  host.idle = false;
   host.waiting = false;
   atomic_store(&host.active, 0);
   tls_in_host = false;

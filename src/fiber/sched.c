@@ -174,6 +174,9 @@ static inline weft__fq fq_take(weft__fq *src, size_t k) {
 
 enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
 
+/* Stacks an idle carrier unmaps at a time before it looks for work again. */
+#define TRIM_BATCH 16
+
 /* How long a compensation carrier stays without work before it retires. */
 #define RETIRE_NS (200 * 1000000LL)
 
@@ -619,6 +622,12 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       if (!c->idle_since) c->idle_since = now;
       if (now - c->idle_since >= RETIRE_NS) return NULL;
       wake_at = c->idle_since + RETIRE_NS;
+    }
+
+    /* Nothing to run: a good moment to give memory back, a batch at a time, looking for work in between. */
+    if (weft__stack_excess()) {
+      weft__stack_trim(TRIM_BATCH);
+      continue;
     }
 
     /* Announce the sleep, then look once more (the Dekker pair with wakers). */

@@ -132,14 +132,14 @@
 #endif
 
 #define STACK_DEFAULT ((size_t)256 * 1024)
-#define STACK_MAX ((size_t)1 << 30)
-#define GUARD_BYTES ((size_t)64 * 1024)
-#define CACHE_BYTES ((size_t)8 << 20) /* per thread cache: at most this much usable stack */
-#define CACHE_MIN 4
-#define CACHE_LIMIT 32
-#define POOL_BYTES ((size_t)64 << 20) /* global pool: at most this much usable stack */
-#define POOL_MIN 16
-#define POOL_LIMIT 4096
+#define STACK_MAX     ((size_t)1 << 30)
+#define GUARD_BYTES   ((size_t)64 * 1024)
+#define CACHE_BYTES   ((size_t)8 << 20) /* per thread cache: at most this much usable stack */
+#define CACHE_MIN     4
+#define CACHE_LIMIT   32
+#define POOL_BYTES    ((size_t)64 << 20) /* global pool: at most this much usable stack */
+#define POOL_MIN      16
+#define POOL_LIMIT    4096
 /* The alternate signal stack: room for our handler (a few hundred bytes) and for the program's chained
  * handler, which may print a backtrace. Lazily committed like fiber stacks: only touched pages cost. */
 #define ALT_BYTES ((size_t)256 * 1024)
@@ -162,44 +162,45 @@ enum { TLS_NEW = 0, TLS_LIVE = 1, TLS_DEAD = 2 };
 
 /* Per-thread state: the stack cache and the alternate signal stack. */
 typedef struct tls_state {
-  stack_rec *head;          /* cached stacks, most recently freed first; only this thread (or fini) */
-  size_t n;                 /* stacks in head */
-  _Atomic int64_t delta;    /* allocations minus frees by this thread: written by it, summed by anyone */
-  int state;                /* TLS_NEW until registered; TLS_DEAD once the key destructor ran */
-  struct tls_state *prev;   /* registry links: pool.lock */
+  stack_rec *head;        /* cached stacks, most recently freed first; only this thread (or fini) */
+  size_t n;               /* stacks in head */
+  _Atomic int64_t delta;  /* allocations minus frees by this thread: written by it, summed by anyone */
+  int state;              /* TLS_NEW until registered; TLS_DEAD once the key destructor ran */
+  struct tls_state *prev; /* registry links: pool.lock */
   struct tls_state *next;
-  char *alt_map;            /* the alternate signal stack's mapping (guard page + stack), or NULL */
-  size_t alt_len;           /* its length */
+  char *alt_map;  /* the alternate signal stack's mapping (guard page + stack), or NULL */
+  size_t alt_len; /* its length */
 } tls_state;
 
 static __thread tls_state tls;
 
 /* The global pool, the registry of thread caches, and the configuration. */
 static struct {
-  pthread_mutex_t lock;        /* guards head, n, threads, exited_delta */
-  stack_rec *head;             /* pooled stacks */
-  size_t n;                    /* stacks in head */
-  tls_state *threads;          /* registered thread caches (live threads) */
-  int64_t exited_delta;        /* deltas of threads that have exited */
+  pthread_mutex_t lock;         /* guards head, n, threads, exited_delta */
+  stack_rec *head;              /* pooled stacks */
+  size_t n;                     /* stacks in head */
+  tls_state *threads;           /* registered thread caches (live threads) */
+  int64_t exited_delta;         /* deltas of threads that have exited */
   _Atomic int64_t orphan_delta; /* deltas counted by threads without a registered cache */
   /* Configuration: written by init and fini only, while no other thread uses the allocator. */
-  _Atomic unsigned gen;        /* generation: bumped by every init and fini */
-  atomic_bool ready;           /* between init and fini */
-  size_t size;                 /* usable bytes per stack */
-  size_t guard;                /* guard bytes per stack */
-  size_t cache_max;            /* bound of each thread cache */
-  size_t batch;                /* stacks moved per transfer between a cache and the pool */
-  size_t pool_max;             /* bound of the global pool */
-  int method;                  /* GUARD_*: the method new stacks get */
-  bool nohuge;                 /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
+  _Atomic unsigned gen; /* generation: bumped by every init and fini */
+  atomic_bool ready;    /* between init and fini */
+  size_t size;          /* usable bytes per stack */
+  size_t guard;         /* guard bytes per stack */
+  size_t cache_max;     /* bound of each thread cache */
+  size_t batch;         /* stacks moved per transfer between a cache and the pool */
+  size_t pool_max;      /* what the global pool keeps once trimmed */
+  _Atomic size_t excess; /* pool.n - pool_max when positive: a hint for weft__stack_excess */
+  int method;           /* GUARD_*: the method new stacks get */
+  bool nohuge;          /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
   /* Counters. */
-  _Atomic size_t mapped;       /* stacks mapped now */
-  _Atomic size_t n_mprotect;   /* of which guarded by mprotect: each spends mappings */
-  _Atomic size_t n_none;       /* of which unguarded */
-  _Atomic size_t budget;       /* most mprotect-guarded stacks mapped at once */
-  atomic_bool warned;          /* the "stacks come unguarded" warning was given (this init) */
-  _Atomic uint64_t fresh;      /* stacks mapped since init */
-  _Atomic uint64_t released;   /* stacks unmapped since init */
+  _Atomic size_t mapped;     /* stacks mapped now */
+  _Atomic size_t n_mprotect; /* of which guarded by mprotect: each spends mappings */
+  _Atomic size_t n_none;     /* of which unguarded */
+  _Atomic size_t budget;     /* most mprotect-guarded stacks mapped at once */
+  atomic_bool warned;        /* the "stacks come unguarded" warning was given (this init) */
+  _Atomic uint64_t fresh;    /* stacks mapped since init */
+  _Atomic uint64_t released; /* stacks unmapped since init */
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -213,11 +214,26 @@ static void tls_destructor(void *arg);
 static void atfork_prepare(void) { pthread_mutex_lock(&pool.lock); }
 static void atfork_release(void) { pthread_mutex_unlock(&pool.lock); }
 
+/*
+ * The child has only the forking thread. The caches of the parent's other
+ * threads belong to threads that do not exist here, and threads the child
+ * creates may get the same thread-local addresses: registering one of them
+ * again would put an entry in the list twice (a cycle, and fini would loop
+ * for ever). So the child forgets them, and the stacks they held with them
+ * (their memory stays mapped in the child, unused).
+ */
+static void atfork_child(void) {
+  tls_state *self = tls.state == TLS_LIVE ? &tls : NULL;
+  pool.threads = self;
+  if (self) self->prev = self->next = NULL;
+  pthread_mutex_unlock(&pool.lock);
+}
+
 static void once_init(void) {
   long p = sysconf(_SC_PAGESIZE);
   if (p > 0) page = (size_t)p;
   tls_key_ok = pthread_key_create(&tls_key, tls_destructor) == 0;
-  pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+  pthread_atfork(atfork_prepare, atfork_release, atfork_child);
 }
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -310,8 +326,8 @@ static int stack_map(stack_rec **out) {
   stack_rec *s = weft__malloc(sizeof *s);
   if (!s) return -ENOMEM;
   size_t len = pool.guard + pool.size;
-  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
-                       -1, 0);
+  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (m == MAP_FAILED) {
     weft__free(s);
     return -ENOMEM;
@@ -365,28 +381,55 @@ static void unmap_list(stack_rec *s) {
 }
 
 /*
- * Put a list of stacks in the global pool, up to its bound, and unmap the
- * rest (and any of an earlier generation).
+ * Put a list of stacks in the global pool, and unmap any of an earlier
+ * generation. The pool may grow past pool_max here: unmapping costs a TLB
+ * shootdown on every CPU that runs the process (about 15 µs each on a
+ * virtual machine), and doing it as fibers end would slow the end of every
+ * burst, the wake-ups of the fibers still sleeping included. The excess is
+ * unmapped later by weft__stack_trim, which carriers call when they have
+ * nothing else to do.
  */
 static void pool_put(stack_rec *list) {
-  stack_rec *excess = NULL;
+  stack_rec *stale = NULL;
   unsigned gen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
   pthread_mutex_lock(&pool.lock);
   bool ready = atomic_load_explicit(&pool.ready, memory_order_relaxed);
   while (list) {
     stack_rec *s = list;
     list = s->next;
-    if (ready && s->gen == gen && pool.n < pool.pool_max) {
+    if (ready && s->gen == gen) {
       s->next = pool.head;
       pool.head = s;
       pool.n++;
     } else {
-      s->next = excess;
-      excess = s;
+      s->next = stale;
+      stale = s;
     }
   }
+  atomic_store_explicit(&pool.excess, pool.n > pool.pool_max ? pool.n - pool.pool_max : 0, memory_order_relaxed);
   pthread_mutex_unlock(&pool.lock);
-  unmap_list(excess);
+  unmap_list(stale);
+}
+
+size_t weft__stack_excess(void) { return atomic_load_explicit(&pool.excess, memory_order_relaxed); }
+
+size_t weft__stack_trim(size_t max) {
+  stack_rec *out = NULL;
+  pthread_mutex_lock(&pool.lock);
+  while (max-- > 0 && pool.n > pool.pool_max) {
+    stack_rec *s = pool.head;
+    pool.head = s->next;
+    pool.n--;
+    s->next = out;
+    out = s;
+  }
+  size_t left = pool.n > pool.pool_max ? pool.n - pool.pool_max : 0;
+  atomic_store_explicit(&pool.excess, left, memory_order_relaxed);
+  pthread_mutex_unlock(&pool.lock);
+  int saved = errno;
+  unmap_list(out);
+  errno = saved;
+  return left;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -399,7 +442,8 @@ static void pool_put(stack_rec *list) {
  */
 static int probe_madv_guard(void) {
   int saved = errno;
-  char *m = weft__mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  char *m =
+      weft__mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return -1;
   bool ok = false;
   if (weft__madvise(m, page, MADV_GUARD_INSTALL) == 0) {
@@ -497,6 +541,7 @@ int weft__stack_init(size_t size) {
   pthread_once(&once, once_init);
   if (size == 0) size = STACK_DEFAULT;
   if (size > STACK_MAX) return -EINVAL;
+  int saved = errno;
   weft__stack_fini(); /* a new configuration: drop what the previous one pooled */
   pool.size = round_up(size, page);
   pool.guard = round_up(GUARD_BYTES, page);
@@ -514,11 +559,13 @@ int weft__stack_init(size_t size) {
   atomic_store_explicit(&pool.fresh, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.released, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.ready, true, memory_order_relaxed);
+  errno = saved;
   return 0;
 }
 
 void weft__stack_fini(void) {
   pthread_once(&once, once_init);
+  int saved = errno;
   stack_rec *all = NULL;
   pthread_mutex_lock(&pool.lock);
   atomic_store_explicit(&pool.ready, false, memory_order_relaxed);
@@ -542,6 +589,7 @@ void weft__stack_fini(void) {
   }
   pthread_mutex_unlock(&pool.lock);
   unmap_list(all);
+  errno = saved;
 }
 
 /* The cache is empty: take a batch from the pool, or map a fresh stack. */
@@ -568,7 +616,10 @@ static int alloc_slow(tls_state *t, stack_rec **out) {
     *out = got;
     return 0;
   }
-  return stack_map(out);
+  int saved = errno; /* weft changes errno only where it reports an error through it: nowhere */
+  int r = stack_map(out);
+  errno = saved;
+  return r;
 }
 
 int weft__stack_alloc(void **base, size_t *size, void **cookie) {
@@ -590,8 +641,10 @@ int weft__stack_alloc(void **base, size_t *size, void **cookie) {
 
 /* The cache is full, or the thread has none, or the stack is of an earlier generation. */
 static void free_slow(tls_state *t, stack_rec *s) {
+  int saved = errno;
   if (s->gen != atomic_load_explicit(&pool.gen, memory_order_relaxed)) {
     stack_unmap(s);
+    errno = saved;
     return;
   }
   s->next = NULL;
@@ -599,7 +652,10 @@ static void free_slow(tls_state *t, stack_rec *s) {
     s->next = t->head;
     t->head = s;
     t->n++;
-    if (t->n <= pool.cache_max) return;
+    if (t->n <= pool.cache_max) {
+      errno = saved;
+      return;
+    }
     /* Full: keep the hot (most recently freed) part, send the cold tail to the pool. */
     size_t keep = t->n - pool.batch - 1; /* cache_max - batch: at least 2 */
     stack_rec *cut = t->head;
@@ -609,6 +665,7 @@ static void free_slow(tls_state *t, stack_rec *s) {
     t->n = keep;
   }
   pool_put(s);
+  errno = saved;
 }
 
 void weft__stack_free(void *cookie) {
@@ -634,10 +691,11 @@ static void alt_release(tls_state *t);
 static void tls_destructor(void *arg) {
   tls_state *t = arg;
   alt_release(t);
+  pthread_mutex_lock(&pool.lock);
+  /* Under the lock, like fini's emptying of the caches: a thread may exit while fini runs. */
   stack_rec *list = t->head;
   t->head = NULL;
   t->n = 0;
-  pthread_mutex_lock(&pool.lock);
   if (t->prev)
     t->prev->next = t->next;
   else
@@ -675,7 +733,8 @@ bool weft__stack_guard_contains(const void *cookie, const void *addr) {
 size_t weft__stack_in_use(void) {
   pthread_mutex_lock(&pool.lock);
   int64_t sum = pool.exited_delta + atomic_load_explicit(&pool.orphan_delta, memory_order_relaxed);
-  for (tls_state *t = pool.threads; t; t = t->next) sum += atomic_load_explicit(&t->delta, memory_order_relaxed);
+  for (tls_state *t = pool.threads; t; t = t->next)
+    sum += atomic_load_explicit(&t->delta, memory_order_relaxed);
   pthread_mutex_unlock(&pool.lock);
   return sum > 0 ? (size_t)sum : 0;
 }
@@ -844,12 +903,14 @@ int weft__stack_thread_init(void) {
   if (min > 0 && (size_t)min * 4 > size) size = (size_t)min * 4;
   size = round_up(size, page);
   size_t len = page + size;
-  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK,
-                       -1, 0);
+  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (m == MAP_FAILED) return -ENOMEM;
   /* A guard page, best effort: a handler that overflows the alternate stack then faults (and dies) instead
    * of writing over a neighbour. One mapping per carrier is affordable even with mprotect. */
+  int saved = errno;
   if (weft__madvise(m, page, MADV_GUARD_INSTALL) != 0) (void)weft__mprotect(m, page, PROT_NONE);
+  errno = saved;
   stack_t ss;
   memset(&ss, 0, sizeof ss);
   ss.ss_sp = m + page;

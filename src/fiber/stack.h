@@ -25,7 +25,14 @@
 
 #include "../internal.h"
 
-/* Configure the pool for stacks of `size` usable bytes (rounded up to pages). 0 or -errno. */
+/*
+ * Configure the pool for stacks of `size` usable bytes (rounded up to pages;
+ * 0 means the default, 256 KiB), choose the guard method (WEFT_STACK_GUARD,
+ * else the probe) and estimate the mapping budget. Calling it again starts
+ * afresh: what the pool holds is released first (as by fini), and stacks
+ * still taken are unmapped when they come back. Returns 0, or -EINVAL for a
+ * size over 1 GiB (nothing changes then). Plain thread, runtime stopped.
+ */
 int weft__stack_init(size_t size);
 
 /*
@@ -37,16 +44,32 @@ void weft__stack_fini(void);
 
 /*
  * Take a stack: *base is its lowest usable address, *size its usable bytes
- * (the fiber's stack grows down from *base + *size), *cookie the handle for
- * weft__stack_free. Returns 0 or -ENOMEM (out of memory or address space:
- * the caller then runs the work another way).
+ * (the fiber's stack grows down from *base + *size, which is page aligned),
+ * *cookie the handle for weft__stack_free. Returns 0 or -ENOMEM (out of
+ * memory or address space: the caller then runs the work another way);
+ * -EINVAL outside init..fini. Its contents are whatever the last fiber left.
+ * Any thread; errno is preserved.
  */
 int weft__stack_alloc(void **base, size_t *size, void **cookie);
 
-/* Give a stack back (from any thread). */
+/* Give a stack back (from any thread; NULL is ignored; errno is preserved). */
 void weft__stack_free(void *cookie);
 
-/* The guard method in use: "madv-guard", "mprotect" or "none"; NULL before init. */
+/*
+ * Stacks pooled beyond what the pool keeps (a hint, no lock). A burst leaves
+ * many; they are unmapped off the hot path, by weft__stack_trim.
+ */
+size_t weft__stack_excess(void);
+
+/* Unmap up to max of the excess stacks; returns how many excess stacks are left. */
+size_t weft__stack_trim(size_t max);
+
+/*
+ * The guard method new stacks get: "madv-guard", "mprotect" or "none"; NULL
+ * outside init..fini. One stack can have a weaker guard than this (see
+ * weft__stack_guard_of): when madvise fails for it, or the mapping budget is
+ * spent.
+ */
 const char *weft__stack_guard_name(void);
 
 /* Stacks now taken and not given back. */
@@ -79,17 +102,17 @@ size_t weft__stack_guard_size(void);
  * thread allocates or frees stacks.
  */
 typedef struct weft__stack_stats {
-  size_t in_use;          /* weft__stack_in_use() */
-  size_t mapped;          /* stacks mapped now: in use, in a thread cache or in the global pool */
-  size_t pooled;          /* in the global pool */
-  size_t cached;          /* in the calling thread's cache */
-  size_t cache_max;       /* bound of each thread's cache */
-  size_t pool_max;        /* bound of the global pool */
-  size_t guard_mprotect;  /* mapped stacks guarded with mprotect (each spends a mapping) */
-  size_t guard_none;      /* mapped stacks without a guard */
-  size_t map_budget;      /* most mprotect-guarded stacks before they come unguarded */
-  uint64_t fresh;         /* stacks mapped since init */
-  uint64_t released;      /* stacks unmapped since init (trimming and fini) */
+  size_t in_use;         /* weft__stack_in_use() */
+  size_t mapped;         /* stacks mapped now: in use, in a thread cache or in the global pool */
+  size_t pooled;         /* in the global pool */
+  size_t cached;         /* in the calling thread's cache */
+  size_t cache_max;      /* bound of each thread's cache */
+  size_t pool_max;       /* bound of the global pool */
+  size_t guard_mprotect; /* mapped stacks guarded with mprotect (each spends a mapping) */
+  size_t guard_none;     /* mapped stacks without a guard */
+  size_t map_budget;     /* most mprotect-guarded stacks before they come unguarded */
+  uint64_t fresh;        /* stacks mapped since init */
+  uint64_t released;     /* stacks unmapped since init (trimming and fini) */
 } weft__stack_stats;
 void weft__stack_get_stats(weft__stack_stats *out);
 
@@ -111,9 +134,20 @@ void weft__stack_overflow_reset(void);
  */
 int weft__stack_overflow_install(void);
 
-/* Give the calling thread an alternate signal stack for the handler (carriers call it). */
+/*
+ * Give the calling thread an alternate signal stack for the handler
+ * (carriers call it): 256 KiB, lazily committed, with a guard page. A thread
+ * that has one already (the program's, or a sanitizer's) keeps it. Returns
+ * 0 or -ENOMEM; again on the same thread, 0 and nothing changes. Without it
+ * an overflow still ends the process, by SIGSEGV without the message.
+ */
 int weft__stack_thread_init(void);
-/* Remove and free the calling thread's alternate signal stack. */
+/*
+ * Remove and free the calling thread's alternate signal stack, if it is
+ * still the one weft installed (otherwise it is left mapped: whoever
+ * replaced it may restore it). A thread that exits without calling it has
+ * it freed by a thread-exit destructor.
+ */
 void weft__stack_thread_fini(void);
 
 #endif /* WEFT_FIBER_STACK_H */

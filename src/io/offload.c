@@ -25,6 +25,12 @@
  *    its own carrier (blocking that carrier, as if weft_blocking were a
  *    plain call): degraded, but never lost or failed.
  *
+ * Rejected: detached threads (shutdown could not tell when the last one is
+ * really gone, and the harness, Valgrind and dlclose all need that); a
+ * thread per call (a thread start per getaddrinfo); a fixed pool (a burst of
+ * slow calls would queue behind a handful of threads, and an idle process
+ * would keep them all).
+ *
  * Cancellation. The fiber waits with a cancellable waiter. If its future is
  * cancelled while the call is still queued, the fiber takes the call out of
  * the queue and returns -ECANCELED: fn never runs. Once a thread has taken
@@ -35,9 +41,9 @@
  * fiber's scoped bindings (lent for the call, no reference needed: the fiber
  * stays parked until fn returns) and weft_local_get/set use the fiber's local
  * values (local.h, weft__locals_redirect). weft_cancelled() is false in fn:
- * nothing can stop it once started. fn must not park the offload thread's
- * caller (it cannot: it is not on a fiber) and may itself call any weft
- * function a plain thread may call.
+ * nothing can stop it once started. fn runs on a plain thread, so it may
+ * call any weft function a plain thread may call (weft_blocking inside it
+ * runs inline), except weft_shutdown, which would wait for fn itself.
  *
  * Locking: pool.mu (a mutex: idle threads sleep on a condition variable)
  * guards the queue, the counters and every call's state; a call lives on its
@@ -75,20 +81,20 @@ typedef struct call {
 
 static struct {
   pthread_mutex_t mu;
-  pthread_cond_t work;    /* idle threads wait here (CLOCK_MONOTONIC) */
-  pthread_cond_t gone;    /* shutdown waits here for the last thread */
+  pthread_cond_t work; /* idle threads wait here (CLOCK_MONOTONIC) */
+  pthread_cond_t gone; /* shutdown waits here for the last thread */
   /* --- guarded by mu --- */
-  call *head, *tail;      /* queued calls, oldest first */
-  unsigned queued;        /* calls in the queue */
-  unsigned threads;       /* alive, counting those being started */
-  unsigned idle;          /* waiting on `work` */
-  unsigned running;       /* calls in fn */
-  unsigned max;           /* offload_max: valid while started */
-  bool started;           /* max was read (after init, after each shutdown) */
-  bool stopping;          /* shutdown: drain the queue, then exit instead of idling */
-  bool have_zombie;       /* `zombie` has exited and awaits a join */
+  call *head, *tail; /* queued calls, oldest first */
+  unsigned queued;   /* calls in the queue */
+  unsigned threads;  /* alive, counting those being started */
+  unsigned idle;     /* waiting on `work` */
+  unsigned running;  /* calls in fn */
+  unsigned max;      /* offload_max: valid while started */
+  bool started;      /* max was read (after init, after each shutdown) */
+  bool stopping;     /* shutdown: drain the queue, then exit instead of idling */
+  bool have_zombie;  /* `zombie` has exited and awaits a join */
   pthread_t zombie;
-  int64_t idle_ns;        /* how long an idle thread waits before it exits */
+  int64_t idle_ns; /* how long an idle thread waits before it exits */
   unsigned peak_threads, peak_running;
   uint64_t calls, carrier_runs, create_failures;
 } pool;

@@ -55,10 +55,12 @@
 #include "../fiber/fiber.h"
 #include "../sys.h"
 
-#define SLOT_BITS 16
-#define SLOT_MASK ((UINT64_C(1) << SLOT_BITS) - 1)
-#define SEQ_MASK ((UINT64_C(1) << (64 - SLOT_BITS)) - 1)
+#define SLOT_BITS   16
+#define SLOT_MASK   ((UINT64_C(1) << SLOT_BITS) - 1)
+#define SEQ_MASK    ((UINT64_C(1) << (64 - SLOT_BITS)) - 1)
 #define INITIAL_CAP 4
+
+_Static_assert(WEFT_KEYS_MAX < (1 << SLOT_BITS), "slot + 1 must fit the key's slot field");
 
 typedef void (*dtor_fn)(void *);
 
@@ -70,6 +72,12 @@ struct key_slot {
 
 static struct key_slot keys[WEFT_KEYS_MAX];
 static pthread_mutex_t keys_mu = PTHREAD_MUTEX_INITIALIZER; /* serialises create and delete */
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread holds keys_mu would leave the child's copy held for ever. */
+static void keys_atfork_prepare(void) { pthread_mutex_lock(&keys_mu); }
+static void keys_atfork_release(void) { pthread_mutex_unlock(&keys_mu); }
+static void keys_init(void) { pthread_atfork(keys_atfork_prepare, keys_atfork_release, keys_atfork_release); }
 
 /* Split a key; false when its slot is out of range or its sequence number is not a live one. */
 static bool key_split(weft_key_t key, struct key_slot **slot, uint64_t *seq) {
@@ -100,6 +108,7 @@ static dtor_fn key_dtor(weft_key_t key) {
 
 int weft_key_create(weft_key_t *key, void (*destructor)(void *)) {
   if (!key) return -EINVAL;
+  pthread_once(&keys_once, keys_init);
   int rc = -EAGAIN;
   pthread_mutex_lock(&keys_mu);
   for (size_t i = 0; i < WEFT_KEYS_MAX; i++) {
@@ -121,6 +130,7 @@ int weft_key_delete(weft_key_t key) {
   struct key_slot *s;
   uint64_t seq;
   if (!key_split(key, &s, &seq)) return -EINVAL;
+  pthread_once(&keys_once, keys_init);
   int rc = -EINVAL;
   pthread_mutex_lock(&keys_mu);
   if (atomic_load_explicit(&s->seq, memory_order_relaxed) == seq) {

@@ -47,9 +47,9 @@ struct weft__local {
 
 /* The local values of one context: unsorted, scanned (a context sets a handful of keys). */
 struct weft__locals {
-  size_t len;              /* entries in use */
-  size_t cap;              /* entries allocated */
-  struct weft__local v[];  /* cap entries */
+  size_t len;             /* entries in use */
+  size_t cap;             /* entries allocated */
+  struct weft__local v[]; /* cap entries */
 };
 
 /* Take and drop a reference to a scope chain; NULL is ignored by both. */

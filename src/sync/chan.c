@@ -51,15 +51,15 @@
 enum { DELIVERED = 0, CLOSED = 1 };
 
 struct weft_chan {
-  weft__lock lock;        /* guards every field below */
-  bool closed;            /* set once by weft_chan_close */
-  size_t cap;             /* ring slots; 0: unbuffered. Immutable */
-  size_t esize;           /* bytes per element (0 allowed). Immutable */
-  size_t head;            /* slot of the oldest buffered element */
-  size_t len;             /* buffered elements */
-  weft__waitlist sendq;   /* senders waiting for room or a receiver */
-  weft__waitlist recvq;   /* receivers waiting for an element */
-  unsigned char ring[];   /* cap * esize bytes */
+  weft__lock lock;      /* guards every field below */
+  bool closed;          /* set once by weft_chan_close */
+  size_t cap;           /* ring slots; 0: unbuffered. Immutable */
+  size_t esize;         /* bytes per element (0 allowed). Immutable */
+  size_t head;          /* slot of the oldest buffered element */
+  size_t len;           /* buffered elements */
+  weft__waitlist sendq; /* senders waiting for room or a receiver */
+  weft__waitlist recvq; /* receivers waiting for an element */
+  unsigned char ring[]; /* cap * esize bytes */
 };
 
 static inline unsigned char *slot(weft_chan_t *ch, size_t i) { return ch->ring + (i % ch->cap) * ch->esize; }
@@ -197,7 +197,10 @@ int weft_chan_recv(weft_chan_t *ch, void *elem, int64_t deadline_ns) {
   return wait_queued(ch, &ch->recvq, &w, deadline_ns);
 }
 
-/* Contexts: any; never waits. Wakes every blocked sender and receiver with -EPIPE. -EPIPE when closed already. */
+/*
+ * Contexts: any; never waits. Wakes every blocked sender and receiver with
+ * -EPIPE. -EPIPE when the channel was closed already.
+ */
 int weft_chan_close(weft_chan_t *ch) {
   if (!ch) return -EINVAL;
   weft__lock_acquire(&ch->lock);

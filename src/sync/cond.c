@@ -43,8 +43,12 @@
 
 #include <string.h>
 
-static inline void set_waiters(weft_cond_t *c, uint32_t n) { __atomic_store_n(&c->waiters_, n, __ATOMIC_RELAXED); }
-static inline uint32_t get_waiters(const weft_cond_t *c) { return __atomic_load_n(&c->waiters_, __ATOMIC_RELAXED); }
+static inline void set_waiters(weft_cond_t *c, uint32_t n) {
+  __atomic_store_n(&c->waiters_, n, __ATOMIC_RELAXED);
+}
+static inline uint32_t get_waiters(const weft_cond_t *c) {
+  return __atomic_load_n(&c->waiters_, __ATOMIC_RELAXED);
+}
 
 /* Contexts: any. WEFT_COND_INITIALIZER needs no call. */
 int weft_cond_init(weft_cond_t *c) {

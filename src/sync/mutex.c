@@ -110,7 +110,9 @@ void *weft__sync_self(void) {
 
 static inline void *owner_of(const weft_mutex_t *m) { return __atomic_load_n(&m->owner_, __ATOMIC_RELAXED); }
 
-static inline void set_owner(weft_mutex_t *m, void *who) { __atomic_store_n(&m->owner_, who, __ATOMIC_RELAXED); }
+static inline void set_owner(weft_mutex_t *m, void *who) {
+  __atomic_store_n(&m->owner_, who, __ATOMIC_RELAXED);
+}
 
 /* Take LOCKED if it is free, keeping WAITERS as it is. */
 static inline bool try_take(weft_mutex_t *m) {
@@ -165,7 +167,8 @@ static void lock_slow(weft_mutex_t *m) {
     weft__sync_list_put(&m->head_, &m->tail_, &l);
     weft__wordlock_release(&m->lock_);
 
-    if (weft__waiter_wait(&mw.w, -1) != WEFT__W_WOKEN) weft__die("weft_mutex_lock: a wait ended without a wake-up");
+    if (weft__waiter_wait(&mw.w, -1) != WEFT__W_WOKEN)
+      weft__die("weft_mutex_lock: a wait ended without a wake-up");
     weft__sync_settle_word(&m->lock_);
     if (mw.handed) return;
     /* Barging: compete again; a loser keeps its place at the front. */
@@ -229,8 +232,8 @@ int weft_mutex_lock(weft_mutex_t *m) {
   if (!m) return -EINVAL;
   void *self = weft__sync_self();
   uint32_t expect = 0;
-  if (WEFT__LIKELY(
-          __atomic_compare_exchange_n(&m->state_, &expect, LOCKED, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))) {
+  if (WEFT__LIKELY(__atomic_compare_exchange_n(&m->state_, &expect, LOCKED, false, __ATOMIC_ACQUIRE,
+                                               __ATOMIC_RELAXED))) {
     set_owner(m, self);
     return 0;
   }

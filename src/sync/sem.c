@@ -50,14 +50,16 @@
 #define COUNT_MASK 0xffffffffull
 #define ONE_WAITER (1ull << 32)
 
-_Static_assert(offsetof(weft_sem_t, value_) % 8 == 0, "weft_sem_t.value_ must be 8-byte aligned for 64-bit atomics");
+_Static_assert(offsetof(weft_sem_t, value_) % 8 == 0,
+               "weft_sem_t.value_ must be 8-byte aligned for 64-bit atomics");
 
 /* Take a unit when there is one, without the lock. */
 static inline bool try_take(weft_sem_t *s) {
   uint64_t v = __atomic_load_n(&s->value_, __ATOMIC_RELAXED);
   while (v & COUNT_MASK) {
     /* Acquire: the post that made the unit happens before the wait returns. */
-    if (__atomic_compare_exchange_n(&s->value_, &v, v - 1, true, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return true;
+    if (__atomic_compare_exchange_n(&s->value_, &v, v - 1, true, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return true;
   }
   return false;
 }
@@ -134,7 +136,10 @@ static bool hand_off(weft_sem_t *s) {
   return handed;
 }
 
-/* Contexts: any (a signal handler excepted); never waits beyond the short lock. -EOVERFLOW at UINT32_MAX units. */
+/*
+ * Contexts: any but a signal handler (it may take the short word lock);
+ * never waits otherwise. -EOVERFLOW at UINT32_MAX units (nothing changes).
+ */
 int weft_sem_post(weft_sem_t *s) {
   if (!s) return -EINVAL;
   uint64_t v = __atomic_load_n(&s->value_, __ATOMIC_RELAXED);
@@ -146,7 +151,8 @@ int weft_sem_post(weft_sem_t *s) {
     }
     if ((v & COUNT_MASK) == COUNT_MASK) return -EOVERFLOW;
     /* Release: pairs with the acquire of whoever takes the unit. The last touch of s on this path. */
-    if (__atomic_compare_exchange_n(&s->value_, &v, v + 1, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) return 0;
+    if (__atomic_compare_exchange_n(&s->value_, &v, v + 1, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+      return 0;
   }
 }
 
@@ -154,7 +160,8 @@ int weft_sem_post(weft_sem_t *s) {
 void weft_sem_destroy(weft_sem_t *s) {
   if (!s) return;
 #ifdef WEFT__SYNC_CHECKS
-  if ((__atomic_load_n(&s->value_, __ATOMIC_RELAXED) >> 32) != 0 || __atomic_load_n(&s->lock_, __ATOMIC_RELAXED) != 0)
+  if ((__atomic_load_n(&s->value_, __ATOMIC_RELAXED) >> 32) != 0 ||
+      __atomic_load_n(&s->lock_, __ATOMIC_RELAXED) != 0)
     weft__die("weft_sem_destroy: %p has waiters", (void *)s);
 #endif
 }

@@ -1,0 +1,187 @@
+/*
+ * This file contains the helpers that the reliability suites share (stress,
+ * faults, bad_input, signals): a check that weft left nothing behind which
+ * can run in the middle of a test (the harness checks only after each test),
+ * a child process with a time limit (a hang becomes a failure that says so,
+ * not a CTest timeout), and a seeded random number generator.
+ *
+ * Everything is static: each suite is one executable and includes this once.
+ */
+#ifndef WEFT_TEST_RELIABILITY_H
+#define WEFT_TEST_RELIABILITY_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "fiber/fiber.h"
+#include "fiber/stack.h"
+#include "io/offload.h"
+
+/* Sanitizer builds: address-space limits make no sense there, and some loops are scaled down. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define REL_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define REL_SANITIZED 1
+#endif
+#endif
+#ifndef REL_SANITIZED
+#define REL_SANITIZED 0
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define REL_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define REL_TSAN 1
+#endif
+#endif
+#ifndef REL_TSAN
+#define REL_TSAN 0
+#endif
+
+#define REL_MS 1000000LL
+
+/* --- a seeded generator (splitmix64): the same seed gives the same choices ------------------ */
+
+typedef struct rel_rng {
+  uint64_t s;
+} rel_rng;
+
+static inline uint64_t rel_next(rel_rng *r) {
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* A value in [0, n) (n > 0). */
+static inline uint64_t rel_below(rel_rng *r, uint64_t n) { return n ? rel_next(r) % n : 0; }
+
+/* A generator for one purpose, derived from a seed and up to three numbers. */
+static inline rel_rng rel_derive(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
+  rel_rng r = {seed ^ (a * 0xD1B54A32D192ED03ull)};
+  r.s = rel_next(&r) ^ (b * 0xABC98388FB8FAC03ull);
+  r.s = rel_next(&r) ^ (c * 0x8CB92BA72F3D8DD7ull);
+  rel_next(&r);
+  return r;
+}
+
+/* --- what weft leaves behind ------------------------------------------------------------------ */
+
+/* Threads named "weft-*" but "weft-omp*" (the OpenMP runtime keeps those pooled: see harness.c). */
+static inline int rel_weft_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t r = read(fd, comm, sizeof comm - 1);
+    close(fd);
+    if (r > 0 && strncmp(comm, "weft-", 5) == 0 && strncmp(comm, "weft-omp", 8) != 0) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/*
+ * weft_shutdown(), then check that no fiber, stack, carrier, offload thread,
+ * weft thread or descriptor is left (descriptors against `baseline_fds`, the
+ * count before the test made any of its own). Returns 0, or -1 with what is
+ * left written in why. Plain thread, outside any weft work.
+ */
+static inline int rel_check_clean(int baseline_fds, char *why, size_t cap) {
+  weft_shutdown();
+  weft__fiber_stats st;
+  weft__fiber_get_stats(&st);
+  weft__offload_stats os;
+  weft__offload_get_stats(&os);
+  int threads = rel_weft_threads();
+  /* Joined threads take a moment to leave /proc; exiting OpenMP threads open libgcc_s for a moment. */
+  for (int i = 0; i < 400 && threads != 0; i++) {
+    weft_test_sleep_ms(5);
+    threads = rel_weft_threads();
+  }
+  int fds = weft_test_fd_count();
+  for (int i = 0; i < 400 && baseline_fds >= 0 && fds != baseline_fds; i++) {
+    weft_test_sleep_ms(5);
+    fds = weft_test_fd_count();
+  }
+  if (st.live == 0 && st.stacks_in_use == 0 && weft_carrier_count() == 0 && os.threads == 0 && threads == 0 &&
+      (baseline_fds < 0 || fds == baseline_fds))
+    return 0;
+  snprintf(why, cap,
+           "left behind after weft_shutdown: %llu live fibers, %llu stacks in use, %u carriers, %u offload "
+           "threads, %d weft threads, %d descriptors (baseline %d)",
+           (unsigned long long)st.live, (unsigned long long)st.stacks_in_use, weft_carrier_count(), os.threads,
+           threads, fds, baseline_fds);
+  return -1;
+}
+
+/* --- children with a time limit ----------------------------------------------------------------- */
+
+typedef struct rel_guard {
+  void (*fn)(void *);
+  void *arg;
+  unsigned secs;
+} rel_guard;
+
+static inline void rel_guarded(void *p) {
+  rel_guard *g = p;
+  /* A hang in the child ends by SIGALRM (default action: terminate), which the parent reports. */
+  signal(SIGALRM, SIG_DFL);
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGALRM);
+  pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+  alarm(g->secs);
+  g->fn(g->arg);
+}
+
+/*
+ * weft_test_child with a time limit: a child still running after `secs`
+ * dies of SIGALRM. Returns the wait status; stderr in err.
+ */
+static inline int rel_child(void (*fn)(void *), void *arg, unsigned secs, char *err, size_t cap) {
+  rel_guard g = {fn, arg, secs};
+  return weft_test_child(rel_guarded, &g, err, cap);
+}
+
+/* "exit 0", "killed by SIGABRT", "timed out (SIGALRM)" for messages. */
+static inline const char *rel_status(int st, char *buf, size_t cap) {
+  if (WIFEXITED(st))
+    snprintf(buf, cap, "exit %d", WEXITSTATUS(st));
+  else if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+    snprintf(buf, cap, "timed out (killed by SIGALRM)");
+  else if (WIFSIGNALED(st))
+    snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  else
+    snprintf(buf, cap, "status 0x%x", st);
+  return buf;
+}
+
+/* Lines of s that start with "weft: " (weft's warnings and fatal messages). */
+static inline int rel_weft_lines(const char *s) {
+  int n = 0;
+  for (const char *p = s; p && *p;) {
+    if (strncmp(p, "weft: ", 6) == 0) n++;
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+  return n;
+}
+
+#endif /* WEFT_TEST_RELIABILITY_H */

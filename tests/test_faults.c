@@ -1,0 +1,923 @@
+/*
+ * Suite "faults": weft when the system says no. For each fault site of
+ * src/sys.h (malloc, mmap, mprotect, madvise, pthread_create, epoll,
+ * eventfd, io_uring setup, sigaltstack) and each public entry point that can
+ * reach it, the calls at that site fail one at a time:
+ * weft__fault_arm(1u << site, k, false) for k = 0, 1, 2, ... until the
+ * operation completes without the fault firing. After each run:
+ *
+ *  - the outcome is one the header documents: full success, a documented
+ *    negative errno with nothing run, or a documented fallback (no thread
+ *    for carriers: blocking work on the CPU path; no stack: the CPU path;
+ *    mprotect failing: an unguarded stack), and every element or future
+ *    that was accepted ran exactly once;
+ *  - weft works again once the fault stops (the same operation, unarmed,
+ *    succeeds in full);
+ *  - after weft_shutdown nothing is left: no fiber, stack, carrier,
+ *    offload thread, weft thread or descriptor (memory leaks are
+ *    AddressSanitizer's and Valgrind's to find: both run this suite).
+ *
+ * Then sticky faults (every call at a site fails) for each site, two
+ * targeted failure paths (a timer that cannot be armed, a descriptor wait
+ * that cannot be re-armed) and the resource limits, in child processes:
+ * an address space too small for 100,000 stacks, and RLIMIT_NPROC too low
+ * for the carriers. The last line printed counts the faults injected per
+ * site.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "stress/reliability.h"
+#include "sys.h"
+#include "fiber/sched.h"
+
+#ifdef WEFT_TESTING
+
+static const char *const site_names[WEFT__F_COUNT] = {"malloc",         "mmap",  "mprotect", "madvise",
+                                                      "pthread_create", "epoll", "eventfd",  "io_uring",
+                                                      "sigaltstack"};
+static unsigned long fired_per_site[WEFT__F_COUNT];
+static unsigned long runs_per_site[WEFT__F_COUNT];
+static int baseline_fds = -1;
+
+#define ALL_SITES ((1u << WEFT__F_COUNT) - 1)
+#define SITE(s) (1u << (s))
+
+static const weft_pmap_opts blocking = {WEFT_BLOCKING, 0, 0, 0};
+
+/* --- outcomes ------------------------------------------------------------------------------------- */
+
+typedef enum {
+  OUT_FULL,  /* everything ran and returned what it should */
+  OUT_ERROR, /* a documented error or fallback; whatever was accepted still ran exactly once */
+  OUT_BAD,   /* something undocumented: why says what */
+} outcome;
+
+typedef struct result {
+  outcome out;
+  char why[512];
+} result;
+
+static outcome bad(result *r, const char *fmt, ...) WEFT__PRINTF(2, 3);
+static outcome bad(result *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->why, sizeof r->why, fmt, ap);
+  va_end(ap);
+  return r->out = OUT_BAD;
+}
+
+/* --- elements that count themselves ----------------------------------------------------------------- */
+
+#define NMAX 256
+
+typedef struct counts {
+  size_t n;
+  atomic_uint h[NMAX];
+  int sleep_us; /* each element sleeps this long (a fiber parks) */
+} counts;
+
+static void counts_init(counts *c, size_t n, int sleep_us) {
+  c->n = n;
+  c->sleep_us = sleep_us;
+  for (size_t i = 0; i < NMAX; i++) atomic_init(&c->h[i], 0);
+}
+
+static int count_elem(void *ctx, size_t i) {
+  counts *c = ctx;
+  if (c->sleep_us) weft_sleep_ns(c->sleep_us * 1000LL);
+  atomic_fetch_add(&c->h[i], 1);
+  return 0;
+}
+
+/* 1: every element once; 0: none ran; -1: anything else. */
+static int counts_state(counts *c) {
+  size_t once = 0, none = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    unsigned v = atomic_load(&c->h[i]);
+    if (v == 1) once++;
+    if (v == 0) none++;
+  }
+  return once == c->n ? 1 : none == c->n ? 0 : -1;
+}
+
+/* A weft_pmap's result: all ran (0), or -ENOMEM with nothing run; anything else is wrong. */
+static outcome pmap_outcome(result *r, const char *what, int rc, counts *c) {
+  int st = counts_state(c);
+  if (rc == 0 && st == 1) return r->out = OUT_FULL;
+  if (rc == -ENOMEM && st == 0) return r->out = OUT_ERROR;
+  return bad(r, "%s returned %d (%s) with %s", what, rc, weft_strerror(rc),
+             st == 1 ? "every element run once" : st == 0 ? "no element run" : "some elements run, or twice");
+}
+
+/* --- the scenarios ----------------------------------------------------------------------------------- */
+
+/* Each runs one public entry point and classifies what came back. */
+typedef void (*scenario_fn)(result *r);
+
+static void sc_pmap_blocking(result *r) {
+  counts c;
+  counts_init(&c, 24, 50);
+  int rc = weft_pmap(c.n, count_elem, &c, &blocking);
+  pmap_outcome(r, "weft_pmap(BLOCKING)", rc, &c);
+}
+
+static void sc_pmap_bounded(result *r) {
+  counts c;
+  counts_init(&c, 40, 20);
+  weft_pmap_opts o = {WEFT_BLOCKING, 0, 3, 0};
+  int rc = weft_pmap(c.n, count_elem, &c, &o);
+  pmap_outcome(r, "weft_pmap(BLOCKING, max_parallel 3)", rc, &c);
+}
+
+static void sc_pmap_cpu(result *r) {
+  counts c;
+  counts_init(&c, 200, 0);
+  int rc = weft_pmap(c.n, count_elem, &c, NULL);
+  pmap_outcome(r, "weft_pmap(CPU)", rc, &c);
+  if (r->out == OUT_ERROR) bad(r, "weft_pmap(CPU) returned -ENOMEM: it allocates nothing");
+}
+
+/* A future's fn: counts its runs, returns its argument + 1; a blocking one sleeps first. */
+static atomic_int fut_runs;
+static void *fut_fn(void *arg) {
+  if (weft_in_fiber()) weft_sleep_ns(100000);
+  atomic_fetch_add(&fut_runs, 1);
+  return (void *)((intptr_t)arg + 1);
+}
+
+/* Start, get, free one future: documented errors only, fn run exactly once when start said 0. */
+static void future_case(result *r, weft_kind kind, weft_task_fn fn, void *arg, void *want) {
+  const char *k = kind == WEFT_CPU ? "CPU" : "BLOCKING";
+  atomic_store(&fut_runs, 0);
+  weft_future *f = NULL;
+  int rc = weft_future_start(kind, fn, arg, &f);
+  if (rc != 0) {
+    if (rc != -ENOMEM) {
+      bad(r, "weft_future_start(%s) returned %d (%s): not one of its documented errors (-EINVAL, -ENOMEM, "
+             "-ESHUTDOWN)",
+          k, rc, weft_strerror(rc));
+      return;
+    }
+    weft_test_sleep_ms(1);
+    if (atomic_load(&fut_runs) != 0) {
+      bad(r, "weft_future_start(%s) failed, yet fn ran", k);
+      return;
+    }
+    r->out = OUT_ERROR;
+    return;
+  }
+  void *res = NULL;
+  int g = weft_future_get(f, -1, &res);
+  int g2 = weft_future_get(f, 0, NULL);
+  weft_future_free(f);
+  if (g != 0)
+    bad(r, "weft_future_get(%s, -1) returned %d (%s): a future that started must deliver its result", k, g,
+        weft_strerror(g));
+  else if (res != want)
+    bad(r, "weft_future_get(%s) gave %p, expected %p", k, res, want);
+  else if (g2 != 0)
+    bad(r, "a second weft_future_get(%s) returned %d", k, g2);
+  else if (atomic_load(&fut_runs) != 1)
+    bad(r, "fn of a %s future ran %d times", k, atomic_load(&fut_runs));
+  else
+    r->out = OUT_FULL;
+}
+
+static void sc_future_cpu(result *r) { future_case(r, WEFT_CPU, fut_fn, (void *)41, (void *)42); }
+static void sc_future_blocking(result *r) { future_case(r, WEFT_BLOCKING, fut_fn, (void *)41, (void *)42); }
+
+/* A blocking future that runs a CPU map (the fiber hands it to weft's OpenMP team, or runs it itself). */
+static void *cpu_map_fn(void *arg) {
+  (void)arg;
+  counts *c = malloc(sizeof *c);
+  counts_init(c, 200, 0);
+  int rc = weft_pmap(c->n, count_elem, c, NULL);
+  int st = counts_state(c);
+  free(c);
+  atomic_fetch_add(&fut_runs, 1);
+  return (void *)(intptr_t)(rc == 0 && st == 1 ? 1 : rc != 0 ? rc : -1000);
+}
+static void sc_cpu_map_on_fiber(result *r) { future_case(r, WEFT_BLOCKING, cpu_map_fn, NULL, (void *)1); }
+
+/* Timed waits on a fiber: never end before their deadline, and give -ETIMEDOUT only at the deadline. */
+static void *timed_fn(void *arg) {
+  (void)arg;
+  int64_t d = weft_now_ns() + REL_MS;
+  int rc = weft_sleep_until(d);
+  if (rc != 0 || weft_now_ns() < d) return (void *)(intptr_t)-1;
+  weft_sem_t s;
+  weft_sem_init(&s, 0);
+  d = weft_now_ns() + REL_MS;
+  rc = weft_sem_wait(&s, d);
+  weft_sem_destroy(&s);
+  if (rc != -ETIMEDOUT || weft_now_ns() < d) return (void *)(intptr_t)-2;
+  atomic_fetch_add(&fut_runs, 1);
+  return (void *)1;
+}
+static void sc_timed_waits(result *r) { future_case(r, WEFT_BLOCKING, timed_fn, NULL, (void *)1); }
+
+/* Socket I/O between two fibers; the system's errors are allowed (documented), nothing else. */
+typedef struct io_pair {
+  int fd;
+  ssize_t rc;
+  int64_t early; /* how long before its deadline the call returned */
+} io_pair;
+
+static void *io_writer(void *arg) {
+  io_pair *p = arg;
+  weft_sleep_ns(200000);
+  int64_t d = weft_now_ns() + 10000 * REL_MS;
+  p->rc = weft_write(p->fd, "weft", 4, d);
+  p->early = d - weft_now_ns();
+  return NULL;
+}
+
+static void *io_reader(void *arg) {
+  io_pair *p = arg;
+  char buf[8];
+  int64_t d = weft_now_ns() + 10000 * REL_MS;
+  p->rc = weft_read(p->fd, buf, sizeof buf, d);
+  p->early = d - weft_now_ns();
+  if (p->rc > 0 && memcmp(buf, "weft", (size_t)p->rc) != 0) p->rc = -10000;
+  return NULL;
+}
+
+static void sc_socket_io(result *r) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    bad(r, "socketpair failed");
+    return;
+  }
+  io_pair rd = {sv[0], 0, 0}, wr = {sv[1], 0, 0};
+  weft_future *fr = NULL, *fw = NULL;
+  int s1 = weft_future_start(WEFT_BLOCKING, io_reader, &rd, &fr);
+  int s2 = weft_future_start(WEFT_BLOCKING, io_writer, &wr, &fw);
+  if (s2 == 0) weft_future_get(fw, -1, NULL);
+  if (s1 == 0) {
+    /* A reader whose write never came (the writer's start failed) is released by closing the writer's end. */
+    if (s2 != 0) shutdown(sv[1], SHUT_WR);
+    weft_future_get(fr, -1, NULL);
+  }
+  weft_future_free(fr);
+  weft_future_free(fw);
+  close(sv[0]);
+  close(sv[1]);
+  if ((s1 && s1 != -ENOMEM) || (s2 && s2 != -ENOMEM)) {
+    bad(r, "weft_future_start returned %d, %d", s1, s2);
+    return;
+  }
+  /*
+   * A count is 4 (the whole message), 0 for a reader whose writer never
+   * started, or under a fault a negative errno (the system's, or
+   * -ENOMEM): never -ETIMEDOUT, which would be a wake-up lost.
+   */
+  bool ok_r = s1 != 0 || rd.rc == 4 || (s2 != 0 && rd.rc == 0) || (rd.rc < 0 && rd.rc != -ETIMEDOUT && rd.rc != -10000);
+  bool ok_w = s2 != 0 || wr.rc == 4 || (wr.rc < 0 && wr.rc != -ETIMEDOUT);
+  if (!ok_r || !ok_w) {
+    bad(r, "weft_read returned %zd (%lld ns before its deadline), weft_write %zd (%lld ns before); -ETIMEDOUT "
+           "before the deadline is a wrong result, at the deadline a lost wake-up",
+        rd.rc, (long long)rd.early, wr.rc, (long long)wr.early);
+    return;
+  }
+  r->out = (s1 == 0 && s2 == 0 && rd.rc == 4 && wr.rc == 4) ? OUT_FULL : OUT_ERROR;
+}
+
+/* A regular file read and written on a fiber: io_uring, else the offload pool, else the carrier. */
+static void *file_fn(void *arg) {
+  (void)arg;
+  char path[] = "/tmp/weft-faults-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return (void *)(intptr_t)-1;
+  unlink(path);
+  char out[4096], in[4096];
+  for (size_t i = 0; i < sizeof out; i++) out[i] = (char)(i * 7);
+  ssize_t w = weft_write(fd, out, sizeof out, -1);
+  lseek(fd, 0, SEEK_SET);
+  ssize_t rd = weft_read(fd, in, sizeof in, -1);
+  close(fd);
+  atomic_fetch_add(&fut_runs, 1);
+  if (w != (ssize_t)sizeof out || rd != (ssize_t)sizeof in || memcmp(in, out, sizeof in) != 0)
+    return (void *)(intptr_t)(w < 0 ? w : rd < 0 ? rd : -2);
+  return (void *)1;
+}
+static void sc_file_io(result *r) { future_case(r, WEFT_BLOCKING, file_fn, NULL, (void *)1); }
+
+/* weft_blocking from a fiber: an offload thread, or the carrier when none can start; never an error. */
+static void *offload_inner(void *arg) { return (void *)((intptr_t)arg * 2); }
+static void *offload_fn(void *arg) {
+  (void)arg;
+  void *res = NULL;
+  int rc = weft_blocking(offload_inner, (void *)21, &res);
+  atomic_fetch_add(&fut_runs, 1);
+  return rc == 0 ? res : (void *)(intptr_t)rc;
+}
+static void sc_offload(result *r) { future_case(r, WEFT_BLOCKING, offload_fn, NULL, (void *)42); }
+
+/* The runtime's own start: fibers, or the fallback; blocking work runs either way. */
+static void sc_fibers_start(result *r) {
+  bool on = weft_fibers_available();
+  counts c;
+  counts_init(&c, 8, 10);
+  int rc = weft_pmap(c.n, count_elem, &c, &blocking);
+  pmap_outcome(r, "weft_pmap(BLOCKING) after the runtime's start", rc, &c);
+  if (r->out == OUT_FULL && !on && weft_test_fibers_expected()) r->out = OUT_ERROR; /* the fallback: documented */
+}
+
+/* The calls that allocate on the caller's behalf: channel, scope, local value. */
+static void *scope_body(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&fut_runs, 1);
+  return (void *)5;
+}
+static void sc_alloc_calls(result *r) {
+  r->out = OUT_FULL;
+  weft_chan_t *ch = NULL;
+  int rc = weft_chan_create(4, sizeof(int), &ch);
+  if (rc == -ENOMEM && ch == NULL)
+    r->out = OUT_ERROR;
+  else if (rc != 0) {
+    bad(r, "weft_chan_create returned %d", rc);
+    return;
+  } else {
+    int v = 3;
+    if (weft_chan_send(ch, &v, 0) != 0 || weft_chan_recv(ch, &v, 0) != 0 || v != 3) bad(r, "channel broken");
+    weft_chan_free(ch);
+  }
+  weft_key_t key;
+  if (weft_key_create(&key, NULL) != 0) {
+    bad(r, "weft_key_create failed");
+    return;
+  }
+  atomic_store(&fut_runs, 0);
+  void *res = NULL;
+  rc = weft_scope_run(key, (void *)1, scope_body, NULL, &res);
+  if (rc == -ENOMEM) {
+    if (atomic_load(&fut_runs) != 0) bad(r, "weft_scope_run failed with -ENOMEM after running fn");
+    r->out = r->out == OUT_BAD ? OUT_BAD : OUT_ERROR;
+  } else if (rc != 0 || res != (void *)5) {
+    bad(r, "weft_scope_run returned %d", rc);
+  }
+  rc = weft_local_set(key, (void *)7);
+  if (rc == -ENOMEM) {
+    if (weft_local_get(key) != NULL) bad(r, "weft_local_set failed but the value is set");
+    r->out = r->out == OUT_BAD ? OUT_BAD : OUT_ERROR;
+  } else if (rc != 0 || weft_local_get(key) != (void *)7) {
+    bad(r, "weft_local_set returned %d", rc);
+  }
+  weft_local_set(key, NULL);
+  weft_key_delete(key);
+}
+
+typedef struct scenario {
+  const char *name;
+  scenario_fn fn;
+  uint32_t sites; /* the sites it can reach */
+  bool cold;      /* from a stopped runtime (the start's failure paths); else started first */
+} scenario;
+
+/* What each entry point can reach. */
+#define FIBER_SITES                                                                                            \
+  (SITE(WEFT__F_MALLOC) | SITE(WEFT__F_MMAP) | SITE(WEFT__F_MPROTECT) | SITE(WEFT__F_MADVISE) |                \
+   SITE(WEFT__F_PTHREAD_CREATE) | SITE(WEFT__F_EPOLL) | SITE(WEFT__F_EVENTFD) | SITE(WEFT__F_SIGALTSTACK))
+
+static const scenario scenarios[] = {
+    {"weft_pmap(BLOCKING), cold", sc_pmap_blocking, FIBER_SITES, true},
+    {"weft_pmap(BLOCKING), warm", sc_pmap_blocking, FIBER_SITES, false},
+    {"weft_pmap(BLOCKING, max_parallel)", sc_pmap_bounded, FIBER_SITES, true},
+    {"weft_pmap(CPU)", sc_pmap_cpu, FIBER_SITES, true},
+    {"weft_future_start(CPU)", sc_future_cpu, FIBER_SITES, true},
+    {"weft_future_start(BLOCKING)", sc_future_blocking, FIBER_SITES, true},
+    {"weft_pmap(CPU) on a fiber", sc_cpu_map_on_fiber, FIBER_SITES, true},
+    {"timed waits on a fiber", sc_timed_waits, FIBER_SITES, true},
+    {"socket I/O on fibers", sc_socket_io, FIBER_SITES, true},
+    {"regular-file I/O on a fiber", sc_file_io, FIBER_SITES | SITE(WEFT__F_URING), true},
+    {"weft_blocking on a fiber", sc_offload, FIBER_SITES, true},
+    {"weft_fibers_available", sc_fibers_start, FIBER_SITES, true},
+    {"channel, scope and local values", sc_alloc_calls, SITE(WEFT__F_MALLOC), false},
+};
+#define NSCEN (sizeof scenarios / sizeof scenarios[0])
+
+/* --- the sweep ---------------------------------------------------------------------------------------- */
+
+static bool check_clean(const char *ctx) {
+  char why[512];
+  if (rel_check_clean(baseline_fds, why, sizeof why) == 0) return true;
+  fprintf(stderr, "\n  %s: %s\n", ctx, why);
+  return false;
+}
+
+/* Where each scenario starts: a stopped runtime, or a started one. */
+static void prepare(const scenario *sc) {
+  weft_shutdown();
+  if (!sc->cold) {
+    weft_fibers_available();
+    result warm = {OUT_FULL, ""};
+    sc->fn(&warm); /* unarmed: fills the pools as a running program has them */
+  }
+}
+
+/*
+ * Fail the k-th call at `site` for k = 0, 1, ... while the scenario still
+ * reaches a k-th call. Returns false (after a CUnit failure) when an
+ * outcome is wrong, weft does not recover, or something is left behind.
+ */
+static bool sweep(const scenario *sc, int site, unsigned long max_k) {
+  for (unsigned long k = 0; k <= max_k; k++) {
+    char ctx[256];
+    snprintf(ctx, sizeof ctx, "site %s, %s, call %lu fails", site_names[site], sc->name, k);
+    prepare(sc);
+    result r = {OUT_BAD, "no outcome"};
+    weft__fault_arm(SITE(site), k, false);
+    sc->fn(&r);
+    unsigned long fired = weft__fault_disarm();
+    fired_per_site[site] += fired;
+    runs_per_site[site]++;
+    if (r.out == OUT_BAD || (fired == 0 && r.out != OUT_FULL)) {
+      fprintf(stderr, "\n  %s: %s\n", ctx, fired ? r.why : "an error with no fault injected");
+      CU_FAIL("a wrong outcome under a fault (see above)");
+      return false;
+    }
+    if (fired == 0) return check_clean(ctx); /* the operation got through all its calls */
+    /* The fault is over: the same operation must succeed in full. */
+    result again = {OUT_BAD, "no outcome"};
+    sc->fn(&again);
+    if (again.out != OUT_FULL) {
+      fprintf(stderr, "\n  %s, then again without faults: %s\n", ctx, again.out == OUT_BAD ? again.why : "an error");
+      CU_FAIL("weft did not recover after a fault (see above)");
+      return false;
+    }
+    if (!check_clean(ctx)) {
+      CU_FAIL("something was left behind after a fault (see above)");
+      return false;
+    }
+  }
+  fprintf(stderr, "\n  site %s, %s: still reaching the site after %lu calls\n", site_names[site], sc->name, max_k);
+  CU_FAIL("a sweep did not end");
+  return false;
+}
+
+/* The per-site tests: every scenario that reaches the site. */
+static void sweep_site(int site) {
+  unsigned long before = fired_per_site[site];
+  unsigned long max_k = weft_test_slow_env() ? 400 : 2000;
+  for (size_t i = 0; i < NSCEN; i++)
+    if (scenarios[i].sites & SITE(site)) sweep(&scenarios[i], site, max_k); /* the next one even after a failure */
+  printf("\n    %s: %lu faults injected", site_names[site], fired_per_site[site] - before);
+}
+
+static void test_malloc(void) { sweep_site(WEFT__F_MALLOC); }
+static void test_mmap(void) { sweep_site(WEFT__F_MMAP); }
+static void test_pthread_create(void) { sweep_site(WEFT__F_PTHREAD_CREATE); }
+static void test_epoll(void) { sweep_site(WEFT__F_EPOLL); }
+static void test_eventfd(void) { sweep_site(WEFT__F_EVENTFD); }
+static void test_uring(void) { sweep_site(WEFT__F_URING); }
+static void test_sigaltstack(void) { sweep_site(WEFT__F_SIGALTSTACK); }
+
+/* Stack guards: mprotect failing gives an unguarded stack (one warning), madvise failing a mprotect one. */
+static size_t guard_none_seen, guard_mprotect_seen;
+static void sc_guarded(result *r) {
+  sc_pmap_blocking(r);
+  weft__stack_stats st;
+  weft__stack_get_stats(&st);
+  if (st.guard_none > guard_none_seen) guard_none_seen = st.guard_none;
+  if (st.guard_mprotect > guard_mprotect_seen) guard_mprotect_seen = st.guard_mprotect;
+}
+
+static void guard_sweep(int site, const char *method) {
+  if (!weft_test_fibers_expected()) return;
+  const char *old = getenv("WEFT_STACK_GUARD");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("WEFT_STACK_GUARD", method, 1);
+  scenario sc = {method, sc_guarded, SITE(site), true};
+  guard_none_seen = guard_mprotect_seen = 0;
+  unsigned long before = fired_per_site[site];
+  bool ok = sweep(&sc, site, weft_test_slow_env() ? 400 : 2000);
+  unsigned long fired = fired_per_site[site] - before;
+  if (saved) {
+    setenv("WEFT_STACK_GUARD", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("WEFT_STACK_GUARD");
+  }
+  weft_shutdown();
+  printf("\n    %s: %lu faults injected (stacks left unguarded: %zu, guarded by mprotect instead: %zu)",
+         site_names[site], fired, guard_none_seen, guard_mprotect_seen);
+  if (!ok || fired == 0) return;
+  /* The documented fallbacks did happen. */
+  if (site == WEFT__F_MPROTECT) CU_ASSERT(guard_none_seen > 0);
+}
+
+static void test_mprotect(void) { guard_sweep(WEFT__F_MPROTECT, "mprotect"); }
+static void test_madvise(void) {
+  if (!weft_test_fibers_expected()) return;
+  /* The probe and each stack's guard (where the kernel has MADV_GUARD_INSTALL), and the pages' advice. */
+  guard_sweep(WEFT__F_MADVISE, "madv");
+}
+
+/* --- sticky faults: every call at a site fails ------------------------------------------------------------ */
+
+static void test_sticky(void) {
+  static const scenario_fn fns[] = {sc_pmap_blocking, sc_future_cpu, sc_future_blocking, sc_offload, sc_socket_io,
+                                    sc_file_io, sc_timed_waits};
+  static const char *const names[] = {"weft_pmap(BLOCKING)", "CPU future", "blocking future", "weft_blocking",
+                                      "socket I/O", "file I/O", "timed waits"};
+  for (int site = 0; site < WEFT__F_COUNT; site++) {
+    for (int cold = 1; cold >= 0; cold--) {
+      for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        weft_shutdown();
+        if (!cold) weft_fibers_available();
+        result r = {OUT_BAD, "no outcome"};
+        weft__fault_arm(SITE(site), 0, true);
+        fns[i](&r);
+        unsigned long fired = weft__fault_disarm();
+        fired_per_site[site] += fired;
+        runs_per_site[site]++;
+        if (r.out == OUT_BAD || (fired == 0 && r.out != OUT_FULL)) {
+          fprintf(stderr, "\n  sticky %s fault, %s runtime, %s: %s\n", site_names[site], cold ? "stopped" : "started",
+                  names[i], r.out == OUT_BAD ? r.why : "an error with no fault injected");
+          CU_FAIL("a wrong outcome under a sticky fault (see above)");
+        }
+        result again = {OUT_BAD, "no outcome"};
+        fns[i](&again);
+        if (again.out != OUT_FULL) {
+          fprintf(stderr, "\n  after a sticky %s fault, %s: %s\n", site_names[site], names[i],
+                  again.out == OUT_BAD ? again.why : "an error");
+          CU_FAIL("weft did not recover after a sticky fault (see above)");
+        }
+        char ctx[128];
+        snprintf(ctx, sizeof ctx, "sticky %s fault, %s", site_names[site], names[i]);
+        CU_ASSERT(check_clean(ctx));
+      }
+    }
+  }
+}
+
+/*
+ * No stack and no CPU worker at once: a blocking future cannot run on a
+ * fiber and cannot be handed to weft's OpenMP team either. Its getter must
+ * still get its result (the header lists 0, -ETIMEDOUT, -ECANCELED and
+ * -EINVAL for weft_future_get; a future that started is never lost), or its
+ * start must fail with -ENOMEM.
+ */
+static void test_no_stack_no_thread(void) {
+  if (!weft_test_fibers_expected()) return;
+  for (int kind = 0; kind < 2; kind++) {
+    weft_shutdown(); /* an empty stack pool and no OpenMP team */
+    CU_ASSERT_TRUE_FATAL(weft_fibers_available());
+    result r = {OUT_BAD, "no outcome"};
+    weft__fault_arm(SITE(WEFT__F_MMAP) | SITE(WEFT__F_PTHREAD_CREATE), 0, true);
+    if (kind == 0)
+      sc_future_blocking(&r);
+    else
+      sc_pmap_blocking(&r);
+    fired_per_site[WEFT__F_MMAP] += weft__fault_disarm();
+    if (r.out == OUT_BAD) fprintf(stderr, "\n  no stack and no thread: %s\n", r.why);
+    CU_ASSERT(r.out != OUT_BAD);
+    CU_ASSERT(check_clean("no stack and no thread"));
+  }
+}
+
+/* --- targeted failure paths ---------------------------------------------------------------------------- */
+
+/*
+ * A carrier's timer heap grows on its first timed wait. When it cannot grow,
+ * the wait must still end at its deadline, not at once: a sleep that
+ * returns early, or a -ETIMEDOUT before the deadline, is a wrong result.
+ */
+static atomic_ulong timer_fired;
+static void *timer_fault_fn(void *arg) {
+  int which = (int)(intptr_t)arg;
+  weft__fault_arm(SITE(WEFT__F_MALLOC), 0, false);
+  int64_t d = weft_now_ns() + 20 * REL_MS;
+  int rc;
+  if (which == 0) {
+    rc = weft_sleep_until(d);
+  } else {
+    weft_sem_t s;
+    weft_sem_init(&s, 0);
+    rc = weft_sem_wait(&s, d);
+    weft_sem_destroy(&s);
+  }
+  int64_t early = d - weft_now_ns();
+  atomic_store(&timer_fired, weft__fault_disarm());
+  if (early > 0) fprintf(stderr, "\n  %s returned %d, %lld ns before its deadline\n", which ? "weft_sem_wait" : "weft_sleep_until", rc, (long long)early);
+  return (void *)(intptr_t)(early <= 0 && rc == (which ? -ETIMEDOUT : 0));
+}
+
+static void test_timer_no_memory(void) {
+  if (!weft_test_fibers_expected()) return;
+  for (int which = 0; which < 2; which++) {
+    weft_shutdown(); /* fresh carriers: no timer heap yet */
+    weft_future *f = NULL;
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, timer_fault_fn, (void *)(intptr_t)which, &f), 0);
+    void *ok = NULL;
+    CU_ASSERT_EQUAL(weft_future_get(f, -1, &ok), 0);
+    weft_future_free(f);
+    fired_per_site[WEFT__F_MALLOC] += atomic_load(&timer_fired);
+    CU_ASSERT_EQUAL(atomic_load(&timer_fired), 1);
+    CU_ASSERT(ok == (void *)1);
+  }
+}
+
+/*
+ * A descriptor with a reader and a writer parked on one carrier: the event
+ * for the reader re-arms the descriptor for the writer (one-shot
+ * registrations). If that epoll_ctl fails, the writer must not be forgotten:
+ * it must be woken (to retry, or to get the error), not left parked until
+ * its deadline.
+ */
+typedef struct rearm {
+  int fd;
+  ssize_t rc;
+  size_t len;
+  char *buf;
+} rearm;
+
+static void *rearm_read(void *arg) {
+  rearm *a = arg;
+  char c;
+  a->rc = weft_read(a->fd, &c, 1, weft_now_ns() + 5000 * REL_MS);
+  return NULL;
+}
+
+static void *rearm_write(void *arg) {
+  rearm *a = arg;
+  a->rc = weft_write(a->fd, a->buf, a->len, weft_now_ns() + 3000 * REL_MS);
+  return NULL;
+}
+
+/* The events epoll watches for fd in the epoll instance epfd (from /proc/self/fdinfo), or 0. */
+static unsigned epoll_events_of(int epfd, int fd) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", epfd);
+  FILE *f = fopen(path, "r");
+  unsigned ev = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    int tfd;
+    unsigned e;
+    if (sscanf(line, "tfd: %d events: %x", &tfd, &e) == 2 && tfd == fd) ev = e;
+  }
+  if (f) fclose(f);
+  return ev;
+}
+
+static void test_epoll_rearm(void) {
+  if (!weft_test_fibers_expected()) return;
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  c.carriers = 1; /* reader and writer on one carrier, one epoll instance */
+  CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
+  CU_ASSERT_TRUE_FATAL(weft_fibers_available());
+  int sv[2];
+  CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  int sz = 4096;
+  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+  /* Fill sv[0]'s way out, so that a writer on it parks. */
+  char fill[1024];
+  memset(fill, 'f', sizeof fill);
+  size_t filled = 0;
+  while (send(sv[0], fill, sizeof fill, MSG_DONTWAIT) > 0) filled += sizeof fill;
+  size_t more = 64 * 1024;
+  rearm rd = {sv[0], 0, 0, NULL}, wr = {sv[0], 0, more, malloc(more)};
+  memset(wr.buf, 'w', more);
+  weft_future *fr = NULL, *fw = NULL;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, rearm_read, &rd, &fr), 0);
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, rearm_write, &wr, &fw), 0);
+  /* Both parked: the carrier's epoll watches sv[0] for reading and writing. */
+  int epfd = weft__rt_state.carriers[0]->poller.epfd;
+  unsigned want = EPOLLIN | EPOLLOUT;
+  for (int i = 0; i < 5000 && (epoll_events_of(epfd, sv[0]) & want) != want; i++) weft_test_sleep_ms(1);
+  CU_ASSERT_EQUAL((epoll_events_of(epfd, sv[0]) & want), want);
+  /* The next epoll call fails: the re-arm for the writer after the reader's event. */
+  weft__fault_arm(SITE(WEFT__F_EPOLL), 0, false);
+  CU_ASSERT_EQUAL(send(sv[1], "r", 1, 0), 1);
+  CU_ASSERT_EQUAL(weft_future_get(fr, -1, NULL), 0);
+  CU_ASSERT_EQUAL(rd.rc, 1);
+  unsigned long fired = weft__fault_disarm();
+  fired_per_site[WEFT__F_EPOLL] += fired;
+  /* Make room: the writer can go on now. */
+  char sink[4096];
+  for (;;) {
+    ssize_t n = recv(sv[1], sink, sizeof sink, MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (weft_future_done(fw)) break; /* by its write, or by its deadline */
+    weft_test_sleep_ms(1);
+  }
+  CU_ASSERT_EQUAL(weft_future_get(fw, -1, NULL), 0);
+  if (wr.rc <= 0)
+    fprintf(stderr, "\n  the writer's weft_write returned %zd (%s) after its re-arm failed (fault fired: %lu)\n",
+            wr.rc, weft_strerror((int)wr.rc), fired);
+  CU_ASSERT(wr.rc > 0 || (wr.rc < 0 && wr.rc != -ETIMEDOUT));
+  weft_future_free(fr);
+  weft_future_free(fw);
+  free(wr.buf);
+  close(sv[0]);
+  close(sv[1]);
+  weft_shutdown();
+  weft_config_init(&c);
+  weft_configure(&c);
+}
+
+/* --- resource limits, in child processes -------------------------------------------------------------------- */
+
+static unsigned long vm_size_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb << 10;
+}
+
+#define BIG_N 100000
+static atomic_uchar *big_hits;
+static atomic_size_t big_inflight, big_peak;
+
+static int big_elem(void *ctx, size_t i) {
+  (void)ctx;
+  size_t now = atomic_fetch_add(&big_inflight, 1) + 1;
+  size_t peak = atomic_load(&big_peak);
+  while (now > peak && !atomic_compare_exchange_weak(&big_peak, &peak, now)) {
+  }
+  weft_sleep_ns(1000000); /* a fiber parks: many are in flight at once */
+  atomic_fetch_sub(&big_inflight, 1);
+  atomic_fetch_add(&big_hits[i], 1);
+  return 0;
+}
+
+/*
+ * The address space holds what the process has, plus 1 GiB: about 3,000
+ * stacks of 256 KiB and their 64 KiB guards, not 100,000. The map must
+ * complete (fewer fibers in flight, or the CPU path) or fail with -ENOMEM
+ * having run nothing; it must not crash or hang.
+ */
+static void as_child(void *arg) {
+  (void)arg;
+  big_hits = calloc(BIG_N, 1);
+  weft_shutdown();
+  weft_fibers_available();
+  unsigned long lim = vm_size_bytes() + (1ul << 30);
+  struct rlimit rl = {lim, lim};
+  if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+  int rc = weft_pmap(BIG_N, big_elem, NULL, &blocking);
+  size_t once = 0, none = 0;
+  for (size_t i = 0; i < BIG_N; i++) {
+    once += big_hits[i] == 1;
+    none += big_hits[i] == 0;
+  }
+  weft__stack_stats st;
+  weft__stack_get_stats(&st);
+  printf("rc=%d once=%zu none=%zu peak_in_flight=%zu stacks_mapped=%llu\n", rc, once, none,
+         atomic_load(&big_peak), (unsigned long long)st.fresh);
+  fflush(stdout);
+  weft_shutdown();
+  bool ok = (rc == 0 && once == BIG_N) || (rc == -ENOMEM && none == BIG_N);
+  _exit(ok ? 0 : 1);
+}
+
+static void test_rlimit_as(void) {
+  if (!weft_test_fibers_expected()) {
+    printf("\n    skipped: without fibers a blocking map needs no stacks");
+    return;
+  }
+  if (REL_SANITIZED || weft_test_slow_env()) {
+    printf("\n    skipped: the sanitizers and Valgrind need more address space than the limit leaves");
+    return;
+  }
+  char err[4096], st[64];
+  int s = rel_child(as_child, NULL, 120, err, sizeof err);
+  if (!(WIFEXITED(s) && WEXITSTATUS(s) == 0)) fprintf(stderr, "\n  RLIMIT_AS child: %s: %s\n", rel_status(s, st, sizeof st), err);
+  CU_ASSERT(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+}
+
+/* Threads (tasks) that uid has now, across the system. */
+static long tasks_of_uid(uid_t uid) {
+  long n = 0;
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[300], line[256];
+    snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+    FILE *f = fopen(path, "r");
+    unsigned ruid = (unsigned)-1;
+    long threads = 0;
+    while (f && fgets(line, sizeof line, f)) {
+      sscanf(line, "Uid: %u", &ruid);
+      sscanf(line, "Threads: %ld", &threads);
+    }
+    if (f) fclose(f);
+    if (ruid == uid) n += threads;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+#define NOBODY 65534
+
+/*
+ * RLIMIT_NPROC counts the threads of the real user id, and root is exempt:
+ * the child sets the limit, then drops to uid 65534 ("nobody") so that it
+ * applies. `extra` more threads may start: the carriers get what is left.
+ */
+static void nproc_child(void *arg) {
+  long extra = (long)(intptr_t)arg;
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  c.carriers = 4;
+  weft_configure(&c);
+  long have = tasks_of_uid(NOBODY) + 1; /* this child, once it is nobody's */
+  struct rlimit rl = {(rlim_t)(have + extra), (rlim_t)(have + extra)};
+  if (setrlimit(RLIMIT_NPROC, &rl) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0) _exit(3);
+  bool fibers = weft_fibers_available();
+  unsigned carriers = weft_carrier_count();
+  counts k;
+  counts_init(&k, 64, 100);
+  int rc = weft_pmap(k.n, count_elem, &k, &blocking);
+  int st = counts_state(&k);
+  printf("limit=%ld fibers=%d carriers=%u pmap=%d all_once=%d\n", (long)rl.rlim_cur, fibers, carriers, rc,
+         st == 1);
+  fflush(stdout);
+  weft_shutdown();
+  _exit(rc == 0 && st == 1 ? 0 : 1);
+}
+
+static void test_rlimit_nproc(void) {
+  if (geteuid() != 0) {
+    printf("\n    skipped: RLIMIT_NPROC needs a user of its own to be exact; only root can switch to one");
+    return;
+  }
+  /* Room for 2 threads (fewer carriers than asked for), and for none (the fallback). */
+  const long extras[] = {2, 0};
+  for (int k = 0; k < 2; k++) {
+    char err[4096], st[64];
+    int s = rel_child(nproc_child, (void *)(intptr_t)extras[k], 60, err, sizeof err);
+    int lines = rel_weft_lines(err);
+    if (!(WIFEXITED(s) && WEXITSTATUS(s) == 0) || lines != 1)
+      fprintf(stderr, "\n  RLIMIT_NPROC with room for %ld threads: %s, %d warning lines (expected 1):\n%s\n",
+              extras[k], rel_status(s, st, sizeof st), lines, err);
+    if (WIFEXITED(s) && WEXITSTATUS(s) == 3) {
+      printf("\n    skipped: could not set RLIMIT_NPROC and switch to uid %d", NOBODY);
+      return;
+    }
+    CU_ASSERT(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+    CU_ASSERT_EQUAL(lines, 1);
+  }
+}
+
+int main(int argc, char **argv) {
+  baseline_fds = weft_test_fd_count();
+  static const weft_test tests[] = {
+      /* First: their children must inherit a process that has printed no warning yet. */
+      {"rlimit_nproc", test_rlimit_nproc},
+      {"rlimit_as", test_rlimit_as},
+      {"malloc", test_malloc},
+      {"mmap", test_mmap},
+      {"mprotect", test_mprotect},
+      {"madvise", test_madvise},
+      {"pthread_create", test_pthread_create},
+      {"epoll", test_epoll},
+      {"eventfd", test_eventfd},
+      {"io_uring", test_uring},
+      {"sigaltstack", test_sigaltstack},
+      {"sticky", test_sticky},
+      {"no_stack_no_thread", test_no_stack_no_thread},
+      {"timer_no_memory", test_timer_no_memory},
+      {"epoll_rearm", test_epoll_rearm},
+      {NULL, NULL},
+  };
+  int rc = weft_test_run(argc, argv, "faults", tests);
+  printf("faults injected per site:");
+  for (int s = 0; s < WEFT__F_COUNT; s++) printf(" %s=%lu", site_names[s], fired_per_site[s]);
+  printf("\nruns per site:");
+  for (int s = 0; s < WEFT__F_COUNT; s++) printf(" %s=%lu", site_names[s], runs_per_site[s]);
+  printf("\n");
+  return rc;
+}
+
+#else /* !WEFT_TESTING */
+
+static void test_no_hooks(void) { printf("\n    skipped: fault injection needs -DWEFT_TESTING=ON"); }
+
+int main(int argc, char **argv) {
+  static const weft_test tests[] = {{"no_hooks", test_no_hooks}, {NULL, NULL}};
+  return weft_test_run(argc, argv, "faults", tests);
+}
+#endif
