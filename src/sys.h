@@ -133,4 +133,15 @@ static inline int weft__eventfd(void) {
  */
 int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg);
 
+/*
+ * Threads started by weft__thread_start whose function has not returned yet
+ * (tests check that weft_shutdown leaves none, but the one that is kept on
+ * purpose: the host of weft's OpenMP team under libomp, see cpu_omp.c).
+ */
+int weft__threads_alive(void);
+/* In a forked child: none of them came along. */
+void weft__threads_atfork_child(void);
+/* 1 when that kept host thread exists, else 0. */
+int weft__cpu_kept_threads(void);
+
 #endif /* WEFT_SYS_H */

@@ -100,14 +100,42 @@ int weft__env_bool(const char *name) {
   return -1;
 }
 
+/* weft's threads running now, for the tests' leak checks (names are inherited, so they cannot tell). */
+static atomic_int live_threads;
+
+int weft__threads_alive(void) { return atomic_load(&live_threads); }
+
+void weft__threads_atfork_child(void) { atomic_store(&live_threads, 0); }
+
+typedef struct thread_start {
+  void *(*fn)(void *);
+  void *arg;
+} thread_start;
+
+static void *thread_trampoline(void *p) {
+  thread_start ts = *(thread_start *)p;
+  weft__free(p);
+  void *r = ts.fn(ts.arg);
+  atomic_fetch_sub(&live_threads, 1);
+  return r;
+}
+
 int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg) {
+  thread_start *ts = weft__malloc(sizeof *ts);
+  if (!ts) return -ENOMEM;
+  ts->fn = fn;
+  ts->arg = arg;
   pthread_attr_t attr;
   int rc = pthread_attr_init(&attr);
-  if (rc != 0) return -rc;
+  if (rc != 0) {
+    weft__free(ts);
+    return -rc;
+  }
   if (stack_size) {
     rc = pthread_attr_setstacksize(&attr, stack_size);
     if (rc != 0) {
       pthread_attr_destroy(&attr);
+      weft__free(ts);
       return -rc;
     }
   }
@@ -122,10 +150,15 @@ int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *
   static const int sync_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
   for (size_t i = 0; i < sizeof sync_signals / sizeof sync_signals[0]; i++) sigdelset(&all, sync_signals[i]);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  rc = weft__pthread_create(t, &attr, fn, arg);
+  atomic_fetch_add(&live_threads, 1);
+  rc = weft__pthread_create(t, &attr, thread_trampoline, ts);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
-  if (rc != 0) return -rc;
+  if (rc != 0) {
+    atomic_fetch_sub(&live_threads, 1);
+    weft__free(ts);
+    return -rc;
+  }
   if (name) {
     char n16[16]; /* the kernel keeps 15 characters */
     snprintf(n16, sizeof n16, "%s", name);

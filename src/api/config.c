@@ -13,6 +13,7 @@
 #include "../fiber/stack.h"
 #include "../io/offload.h"
 #include "../io/uring.h"
+#include "../sys.h"
 #include "settings.h"
 
 #define DEFAULT_STACK_SIZE (256 * 1024)
@@ -130,6 +131,7 @@ static void atfork_child(void) {
   /* The child has only the forking thread: forget the parent's threads. */
   pthread_mutex_init(&cfg_mu, NULL);
   pthread_mutex_init(&shutdown_mu, NULL);
+  weft__threads_atfork_child();
   weft__fibers_atfork_child();
   weft__cpu_atfork_child();
   weft__pool_atfork_child();

@@ -4,6 +4,7 @@
  * parallel and futures still run asynchronously.
  */
 #include "cpu.h"
+#include "../sys.h"
 
 void weft__cpu_run_range(weft__range *r) { weft__pool_run_range(r); }
 int weft__cpu_submit(weft__job *j) { return weft__pool_submit(j); }
@@ -13,3 +14,4 @@ void weft__cpu_shutdown(void) { weft__pool_shutdown(); }
 bool weft__cpu_host_member(void) { return weft__pool_is_worker(); }
 void weft__cpu_atfork_child(void) {}
 const char *weft__cpu_runtime_name(void) { return "pool"; }
+int weft__cpu_kept_threads(void) { return 0; }

@@ -292,6 +292,13 @@ static int host_submit(weft__job *j) {
   return 0;
 }
 
+int weft__cpu_kept_threads(void) {
+  pthread_mutex_lock(&host.mu);
+  int n = host.thread_started && runtime_is_libomp() ? 1 : 0;
+  pthread_mutex_unlock(&host.mu);
+  return n;
+}
+
 bool weft__cpu_host_member(void) { return tls_in_host || weft__pool_is_worker(); }
 
 void weft__cpu_shutdown(void) {
