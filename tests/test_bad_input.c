@@ -51,25 +51,25 @@ const char *__tsan_default_options(void) { return "allocator_may_return_null=1";
 static atomic_int failures;
 static atomic_int tried; /* bad inputs tried, for the summary line */
 
-#define CHECK(cond)                                                                                            \
-  do {                                                                                                         \
-    atomic_fetch_add(&tried, 1);                                                                               \
-    if (!(cond)) {                                                                                             \
-      atomic_fetch_add(&failures, 1);                                                                          \
-      fprintf(stderr, "\n  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                             \
-    }                                                                                                          \
+#define CHECK(cond)                                                                                          \
+  do {                                                                                                       \
+    atomic_fetch_add(&tried, 1);                                                                             \
+    if (!(cond)) {                                                                                           \
+      atomic_fetch_add(&failures, 1);                                                                        \
+      fprintf(stderr, "\n  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                           \
+    }                                                                                                        \
   } while (0)
 
 /* CHECK(a == b) for integers, with both values in the message. */
-#define CHECK_EQ(a, b)                                                                                         \
-  do {                                                                                                         \
-    long long va_ = (long long)(a), vb_ = (long long)(b);                                                      \
-    atomic_fetch_add(&tried, 1);                                                                               \
-    if (va_ != vb_) {                                                                                          \
-      atomic_fetch_add(&failures, 1);                                                                          \
-      fprintf(stderr, "\n  %s:%d: %s is %lld (%s), expected %s = %lld\n", __FILE__, __LINE__, #a, va_,           \
-              weft_strerror((int)va_), #b, vb_);                                                               \
-    }                                                                                                          \
+#define CHECK_EQ(a, b)                                                                                       \
+  do {                                                                                                       \
+    long long va_ = (long long)(a), vb_ = (long long)(b);                                                    \
+    atomic_fetch_add(&tried, 1);                                                                             \
+    if (va_ != vb_) {                                                                                        \
+      atomic_fetch_add(&failures, 1);                                                                        \
+      fprintf(stderr, "\n  %s:%d: %s is %lld (%s), expected %s = %lld\n", __FILE__, __LINE__, #a, va_,       \
+              weft_strerror((int)va_), #b, vb_);                                                             \
+    }                                                                                                        \
   } while (0)
 
 static void begin(void) { atomic_store(&failures, 0); }
@@ -163,8 +163,8 @@ static void test_pmap_args(void) {
  */
 static void test_pmap_huge_grain(void) {
   begin();
-  const size_t grains[] = {(size_t)1 << 63, ((size_t)1 << 63) + 1, (size_t)1 << 62, SIZE_MAX, SIZE_MAX - 1,
-                           SIZE_MAX / 3};
+  const size_t grains[] = {(size_t)1 << 63, ((size_t)1 << 63) + 1, (size_t)1 << 62,
+                           SIZE_MAX,        SIZE_MAX - 1,          SIZE_MAX / 3};
   for (size_t g = 0; g < sizeof grains / sizeof grains[0]; g++) {
     for (size_t n = 1; n <= 64; n *= 4) {
       hits h;
@@ -172,8 +172,8 @@ static void test_pmap_huge_grain(void) {
       weft_pmap_opts o = {WEFT_CPU, grains[g], 0, 0};
       CHECK_EQ(weft_pmap(n, hit, &h, &o), 0);
       if (!hits_once(&h))
-        fprintf(stderr, "\n  grain %zu, n %zu: %zu calls for %zu elements\n", grains[g], n, atomic_load(&h.calls),
-                n);
+        fprintf(stderr, "\n  grain %zu, n %zu: %zu calls for %zu elements\n", grains[g], n,
+                atomic_load(&h.calls), n);
       CHECK(hits_once(&h));
       free(h.h);
     }
@@ -186,12 +186,7 @@ static atomic_size_t huge_calls;
 static int huge_fn(void *ctx, size_t i) {
   (void)ctx;
   (void)i;
-  if (atomic_fetch_add(&huge_calls, 1) == 200000) {
-    static const char msg[] = "running\n";
-    ssize_t w = write(2, msg, sizeof msg - 1);
-    (void)w;
-    _exit(0);
-  }
+  if (atomic_fetch_add(&huge_calls, 1) == 200000) rel_ok_exit(); /* it runs: enough */
   return 0;
 }
 
@@ -223,15 +218,16 @@ static void test_pmap_huge_n(void) {
     CHECK_EQ(atomic_load(&h.calls), 0);
   }
   free(h.h);
-  weft_pmap_opts cpu = WEFT_PMAP_OPTS_INIT, cpu_grain = {WEFT_CPU, 1000, 0, 0}, bounded = {WEFT_BLOCKING, 0, 4, 0};
+  weft_pmap_opts cpu = WEFT_PMAP_OPTS_INIT, cpu_grain = {WEFT_CPU, 1000, 0, 0},
+                 bounded = {WEFT_BLOCKING, 0, 4, 0};
   const weft_pmap_opts *kinds[] = {&cpu, &cpu_grain, &bounded, &blocking};
-  size_t nk = weft_test_fibers_expected() ? 3 : 4;
+  size_t nk = !rel_can_fork() ? 0 : weft_test_fibers_expected() ? 3 : 4;
   for (size_t k = 0; k < nk; k++) {
     char err[512], st[64];
     int s = rel_child(huge_child, (void *)kinds[k], 60, err, sizeof err);
-    if (!(WIFEXITED(s) && WEXITSTATUS(s) == 0))
+    if (!rel_child_ok(s, err))
       fprintf(stderr, "\n  weft_pmap(SIZE_MAX) kind %zu: %s: %s\n", k, rel_status(s, st, sizeof st), err);
-    CHECK(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+    CHECK(rel_child_ok(s, err));
   }
   end();
 }
@@ -300,16 +296,25 @@ static void uaf_child(void *arg) {
   weft_future_get(f, -1, NULL);
   weft_future_free(f);
   switch (a->op) {
-  case UAF_GET: weft_future_get(f, -1, NULL); break;
-  case UAF_DONE: (void)weft_future_done(f); break;
-  case UAF_CANCEL: weft_future_cancel(f); break;
-  case UAF_FREE: weft_future_free(f); break;
+  case UAF_GET:
+    weft_future_get(f, -1, NULL);
+    break;
+  case UAF_DONE:
+    (void)weft_future_done(f);
+    break;
+  case UAF_CANCEL:
+    weft_future_cancel(f);
+    break;
+  case UAF_FREE:
+    weft_future_free(f);
+    break;
   }
   _exit(4); /* not caught */
 }
 
 static void test_future_after_free(void) {
   begin();
+  if (!rel_can_fork()) return;
 #if defined(WEFT_TESTING)
   const char *names[] = {"weft_future_get", "weft_future_done", "weft_future_cancel", "weft_future_free"};
   for (int k = 0; k < 2; k++) {
@@ -462,12 +467,12 @@ static void test_configure_args(void) {
     weft_config c;
   } bad[16];
   size_t nb = 0;
-#define BAD(field, value)                                                                                      \
-  do {                                                                                                         \
-    weft_config_init(&bad[nb].c);                                                                              \
-    bad[nb].c.field = value;                                                                                   \
-    bad[nb].what = #field " = " #value;                                                                        \
-    nb++;                                                                                                      \
+#define BAD(field, value)                                                                                    \
+  do {                                                                                                       \
+    weft_config_init(&bad[nb].c);                                                                            \
+    bad[nb].c.field = value;                                                                                 \
+    bad[nb].what = #field " = " #value;                                                                      \
+    nb++;                                                                                                    \
   } while (0)
   BAD(fibers, 2);
   BAD(fibers, -2);
@@ -491,7 +496,8 @@ static void test_configure_args(void) {
 #undef BAD
   for (size_t k = 0; k < nb; k++) {
     int rc = weft_configure(&bad[k].c);
-    if (rc != -EINVAL) fprintf(stderr, "\n  weft_configure(%s) returned %d (%s)\n", bad[k].what, rc, weft_strerror(rc));
+    if (rc != -EINVAL)
+      fprintf(stderr, "\n  weft_configure(%s) returned %d (%s)\n", bad[k].what, rc, weft_strerror(rc));
     CHECK_EQ(rc, -EINVAL);
     weft_info i;
     CHECK_EQ(weft_get_info(&i), 0);
@@ -502,8 +508,8 @@ static void test_configure_args(void) {
   c.carriers = 300;
   int rc300 = weft_configure(&c);
   if (rc300 != -EINVAL)
-    fprintf(stderr, "\n  weft_configure(carriers 300 > the default max_carriers 256) returned %d (%s)\n", rc300,
-            weft_strerror(rc300));
+    fprintf(stderr, "\n  weft_configure(carriers 300 > the default max_carriers 256) returned %d (%s)\n",
+            rc300, weft_strerror(rc300));
   CHECK_EQ(rc300, -EINVAL);
   weft_config_init(&c);
   c.stack_size = 64 * 1024;
@@ -531,9 +537,10 @@ static void env_child(void *arg) {
   weft_config c;
   weft_config_init(&c);
   weft_configure(&c);
-  const char *vars[][2] = {{"WEFT_STACK_SIZE", "1"}, {"WEFT_CARRIERS", "abc"}, {"WEFT_MAX_CARRIERS", "0"},
-                           {"WEFT_FIBERS", "maybe"}, {"WEFT_PIN_THRESHOLD_MS", "-5"}, {"WEFT_OFFLOAD_MAX", "x"},
-                           {"WEFT_IO_URING", "2"},   {"WEFT_TRACE_PINNED", "sometimes"}};
+  const char *vars[][2] = {{"WEFT_STACK_SIZE", "1"},        {"WEFT_CARRIERS", "abc"},
+                           {"WEFT_MAX_CARRIERS", "0"},      {"WEFT_FIBERS", "maybe"},
+                           {"WEFT_PIN_THRESHOLD_MS", "-5"}, {"WEFT_OFFLOAD_MAX", "x"},
+                           {"WEFT_IO_URING", "2"},          {"WEFT_TRACE_PINNED", "sometimes"}};
   for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) setenv(vars[k][0], vars[k][1], 1);
   weft_info i;
   weft_get_info(&i);
@@ -550,16 +557,20 @@ static void env_child(void *arg) {
   if (i.stack_size != 256 * 1024) bad |= 16;
   if (weft_pmap(100, hit, &(hits){0}, &blocking) != 0) bad |= 32;
   weft_shutdown();
-  if (bad) fprintf(stderr, "env settings: failures 0x%x\n", bad);
-  _exit(bad ? 1 : 0);
+  if (bad) {
+    fprintf(stderr, "env settings: failures 0x%x\n", bad);
+    _exit(1);
+  }
+  rel_ok_exit();
 }
 
 static void test_env_args(void) {
   begin();
+  if (!rel_can_fork()) return;
   char err[2048], st[64];
   int s = rel_child(env_child, NULL, 60, err, sizeof err);
-  if (!(WIFEXITED(s) && WEXITSTATUS(s) == 0)) fprintf(stderr, "\n  %s: %s\n", rel_status(s, st, sizeof st), err);
-  CHECK(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+  if (!rel_child_ok(s, err)) fprintf(stderr, "\n  %s: %s\n", rel_status(s, st, sizeof st), err);
+  CHECK(rel_child_ok(s, err));
   end();
 }
 
@@ -652,9 +663,11 @@ static void *io_calls(void *arg) {
   struct sockaddr_in lo = {.sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   socklen_t ll = sizeof lo;
-  CHECK(bind(probe, (struct sockaddr *)&lo, sizeof lo) == 0 && getsockname(probe, (struct sockaddr *)&lo, &ll) == 0);
+  CHECK(bind(probe, (struct sockaddr *)&lo, sizeof lo) == 0 &&
+        getsockname(probe, (struct sockaddr *)&lo, &ll) == 0);
   close(probe); /* a port that was just free: nobody listens there */
-  CHECK_EQ(weft_connect(tcp, (struct sockaddr *)&lo, sizeof lo, weft_now_ns() + 5000 * REL_MS), -ECONNREFUSED);
+  CHECK_EQ(weft_connect(tcp, (struct sockaddr *)&lo, sizeof lo, weft_now_ns() + 5000 * REL_MS),
+           -ECONNREFUSED);
   close(tcp);
   /* A peer that has gone: -EPIPE (never SIGPIPE) for sockets; reads see the end. */
   close(sv[1]);
@@ -714,16 +727,17 @@ static void huge_fd_child(void *arg) {
       bad = 1;
     }
   }
-  _exit(bad);
+  if (bad) _exit(1);
+  rel_ok_exit();
 }
 
 static void test_accept_huge_fd(void) {
   begin();
-  if (!REL_SANITIZED && !weft_test_slow_env()) {
+  if (!REL_SANITIZED && !weft_test_slow_env() && rel_can_fork()) {
     char err[1024], st[64];
     int s = rel_child(huge_fd_child, NULL, 60, err, sizeof err);
-    if (!(WIFEXITED(s) && WEXITSTATUS(s) == 0)) fprintf(stderr, "\n  %s: %s\n", rel_status(s, st, sizeof st), err);
-    CHECK(WIFEXITED(s) && WEXITSTATUS(s) == 0);
+    if (!rel_child_ok(s, err)) fprintf(stderr, "\n  %s: %s\n", rel_status(s, st, sizeof st), err);
+    CHECK(rel_child_ok(s, err));
   }
   end();
 }
@@ -832,7 +846,7 @@ static void test_sync_args(void) {
   /* channel */
   weft_chan_t *ch = NULL;
   CHECK_EQ(weft_chan_create(4, 4, NULL), -EINVAL);
-  CHECK_EQ(weft_chan_create(SIZE_MAX, 2, &ch), -EINVAL);    /* capacity * size overflows */
+  CHECK_EQ(weft_chan_create(SIZE_MAX, 2, &ch), -EINVAL);     /* capacity * size overflows */
   CHECK_EQ(weft_chan_create(SIZE_MAX / 2, 2, &ch), -EINVAL); /* the header's bytes on top overflow */
   CHECK_EQ(weft_chan_create((size_t)1 << 42, 1, &ch), -ENOMEM);
   CHECK(ch == NULL);
@@ -887,8 +901,12 @@ static void *dead_waiter(void *arg) {
     weft_cond_wait(&dead_c, &dead_m, d);
     weft_mutex_unlock(&dead_m);
     break;
-  case 2: weft_sem_wait(&dead_s, d); break;
-  default: weft_chan_recv(dead_ch, &v, d); break;
+  case 2:
+    weft_sem_wait(&dead_s, d);
+    break;
+  default:
+    weft_chan_recv(dead_ch, &v, d);
+    break;
   }
   return NULL;
 }
@@ -919,6 +937,7 @@ static void destroy_busy_child(void *arg) {
 
 static void test_destroy_busy(void) {
   begin();
+  if (!rel_can_fork()) return;
 #if defined(WEFT_TESTING)
   const char *names[] = {"weft_mutex_destroy", "weft_cond_destroy", "weft_sem_destroy", "weft_chan_free"};
   for (int k = 0; k < 4; k++) {
@@ -1082,9 +1101,17 @@ static void *shutdown_offloaded(void *arg) {
   return NULL;
 }
 
-typedef enum { SD_BLOCKING_FUTURE, SD_CPU_FUTURE, SD_BLOCKING_ELEM, SD_CPU_ELEM, SD_OFFLOADED, SD_N } sd_where;
-static const char *const sd_names[] = {"a blocking future", "a CPU future", "an element of a blocking weft_pmap",
-                                       "an element of a CPU weft_pmap", "a call offloaded with weft_blocking"};
+typedef enum {
+  SD_BLOCKING_FUTURE,
+  SD_CPU_FUTURE,
+  SD_BLOCKING_ELEM,
+  SD_CPU_ELEM,
+  SD_OFFLOADED,
+  SD_N
+} sd_where;
+static const char *const sd_names[] = {"a blocking future", "a CPU future",
+                                       "an element of a blocking weft_pmap", "an element of a CPU weft_pmap",
+                                       "a call offloaded with weft_blocking"};
 
 static void shutdown_child(void *arg) {
   sd_where w = (sd_where)(intptr_t)arg;
@@ -1098,20 +1125,26 @@ static void shutdown_child(void *arg) {
     while (weft_future_get(f, weft_now_ns() + 1000 * REL_MS, NULL) == -ETIMEDOUT) {
     }
     break;
-  case SD_BLOCKING_ELEM: weft_pmap(4, shutdown_elem, NULL, &blocking); break;
-  case SD_CPU_ELEM: weft_pmap(4, shutdown_elem, NULL, &cpu4); break;
+  case SD_BLOCKING_ELEM:
+    weft_pmap(4, shutdown_elem, NULL, &blocking);
+    break;
+  case SD_CPU_ELEM:
+    weft_pmap(4, shutdown_elem, NULL, &cpu4);
+    break;
   case SD_OFFLOADED:
     weft_future_start(WEFT_BLOCKING, shutdown_offloaded, NULL, &f);
     while (weft_future_get(f, weft_now_ns() + 1000 * REL_MS, NULL) == -ETIMEDOUT) {
     }
     break;
-  default: break;
+  default:
+    break;
   }
   _exit(4); /* it returned: not caught */
 }
 
 static void test_shutdown_misuse(void) {
   begin();
+  if (!rel_can_fork()) return;
   for (int w = 0; w < SD_N; w++) {
     /* Without fibers, blocking work runs on the CPU path: only the kinds that exist there apply. */
     char err[1024], st[64];

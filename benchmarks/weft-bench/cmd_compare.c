@@ -1,7 +1,9 @@
 /*
  * This file contains `weft-bench compare BASE.json NEW.json`: it reads two
  * JSON Lines files that weft-bench wrote, matches measurements by what was
- * measured (bench, case, backend, jobs, sleep_ms, loops, items), and says
+ * measured (bench, case, backend, jobs, sleep_ms, loops, items, and the
+ * http/echo parameters: requests, concurrency, keepalive, connections,
+ * messages, size), and says
  * for each whether the median wall time changed.
  *
  * A measurement is a regression ("SLOWER", exit 1) when both hold:
@@ -31,7 +33,8 @@ static const char compare_help[] =
     "usage: weft-bench compare BASE.json NEW.json [--threshold PCT] [--json]\n"
     "\n"
     "Compare two JSON Lines files written by weft-bench --json. Measurements are\n"
-    "matched by bench, case, backend, jobs, sleep_ms, loops and items; records of\n"
+    "matched by bench, case, backend, jobs, sleep_ms, loops, items, requests,\n"
+    "concurrency, keepalive, connections, messages and size; records of\n"
     "one measurement that repeat within a file are pooled.\n"
     "\n"
     "  --threshold PCT  slowdown of the median that counts (default 10)\n"
@@ -54,7 +57,9 @@ static const wb_opt compare_opts[] = {
 };
 
 /* What identifies a measurement: the same values in both files means the same experiment. */
-static const char *const key_fields[] = {"bench", "case", "backend", "jobs", "sleep_ms", "loops", "items"};
+static const char *const key_fields[] = {"bench",       "case",        "backend",  "jobs",        "sleep_ms",
+                                         "loops",       "items",       "requests", "concurrency", "keepalive",
+                                         "connections", "messages",    "size"};
 #define NKEYS (sizeof key_fields / sizeof key_fields[0])
 
 typedef struct entry {

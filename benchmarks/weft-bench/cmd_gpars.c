@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "gpars.h"
+#include "http.h"
 #include "weft.h"
 
 #define MAX_LOOPS    1000000000
@@ -40,7 +41,7 @@
 static const char gpars_help[] =
     "usage: weft-bench gpars [--case math|files|http] [--loops L] [--size N]\n"
     "                        [--backend B[,B...]] [--threads P] [--seed S]\n"
-    "                        [--repeat R] [--json]\n"
+    "                        [--url URL] [--repeat R] [--json]\n"
     "\n"
     "The GPars write-up in C: call a parallel map over N elements L times on each\n"
     "backend and report calls per second against sequential code.\n"
@@ -48,8 +49,8 @@ static const char gpars_help[] =
     "  --case C       math   sum over i = 1..100 of (i XOR x) per element (N = 100)\n"
     "                 files  read one of N = 120 files of 1-4 KiB per element; the\n"
     "                        files are made under $TMPDIR (or /tmp) and removed\n"
-    "                 http   GET a 9 KB page from a loopback server: not available in\n"
-    "                        this build yet (exit code 3)\n"
+    "                 http   GET a 9 KiB page over a new connection per element from\n"
+    "                        weft-bench's loopback server (a fiber per connection)\n"
     "                 default: math\n"
     "  --loops L      calls per measurement (default 5000)\n"
     "  --size N       elements per call (default: the case's)\n"
@@ -57,6 +58,7 @@ static const char gpars_help[] =
     "                 a comma-separated list; default: all that this build has\n"
     "  --threads P    threads of the pool-per-call backend (default: cores)\n"
     "  --seed S       seed of the inputs (default 42)\n"
+    "  --url URL      http case: GET this http:// URL instead of the loopback server\n"
     "  --repeat R     R repetitions, backends interleaved; min, median and max\n"
     "  --json         one JSON object per backend (JSON Lines) on stdout\n"
     "  --help         this text\n"
@@ -74,14 +76,15 @@ enum {
   OPT_THREADS,
   OPT_SEED,
   OPT_REPEAT,
-  OPT_JSON
+  OPT_JSON,
+  OPT_URL
 };
 
 static const wb_opt gpars_opts[] = {
     {"help", false, OPT_HELP}, {"case", true, OPT_CASE},       {"loops", true, OPT_LOOPS},
     {"size", true, OPT_SIZE},  {"backend", true, OPT_BACKEND}, {"threads", true, OPT_THREADS},
     {"seed", true, OPT_SEED},  {"repeat", true, OPT_REPEAT},   {"json", false, OPT_JSON},
-    {NULL, false, 0},
+    {"url", true, OPT_URL},    {NULL, false, 0},
 };
 
 static const gpars_case *const cases[] = {&wb_gpars_math, &wb_gpars_files, &wb_gpars_http};
@@ -286,7 +289,7 @@ static int timed_batch(const gpars_case *gc, void *ctx, const backend *b, int64_
 }
 
 int wb_cmd_gpars(int argc, char **argv) {
-  const char *case_name = "math", *backend_list = NULL;
+  const char *case_name = "math", *backend_list = NULL, *url = NULL;
   int64_t loops = 5000, size = 0, repeat = 1, seed = DEFAULT_SEED, threads = 0;
   bool json = false;
   wb_optstate st;
@@ -326,12 +329,17 @@ int wb_cmd_gpars(int argc, char **argv) {
     case OPT_JSON:
       json = true;
       break;
+    case OPT_URL:
+      url = arg;
+      break;
     }
   }
   const gpars_case *gc = NULL;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (strcmp(cases[i]->name, case_name) == 0) gc = cases[i];
   if (!gc) return wb_usage_error("gpars", "--case: unknown case '%s' (math, files, http)", case_name);
+  if (url && gc != &wb_gpars_http) return wb_usage_error("gpars", "--url is for --case http");
+  if (url) wb_gpars_http_set_url(url);
   size_t items = size ? (size_t)size : gc->default_items;
   unsigned cores = wb_cores();
   if (!threads) threads = cores;
@@ -389,11 +397,17 @@ int wb_cmd_gpars(int argc, char **argv) {
   snprintf(seed_s, sizeof seed_s, "%lld", (long long)seed);
   snprintf(threads_s, sizeof threads_s, "%lld", (long long)threads);
   snprintf(repeat_s, sizeof repeat_s, "%lld", (long long)repeat);
-  char *args[] = {"gpars", "--case",    (char *)gc->name, "--loops",   loops_s,   "--size",
-                  size_s,  "--backend", blist.s,          "--threads", threads_s, "--seed",
-                  seed_s,  "--repeat",  repeat_s,         "--json"};
+  char *args[18] = {"gpars", "--case",    (char *)gc->name, "--loops",   loops_s,   "--size",
+                    size_s,  "--backend", blist.s,          "--threads", threads_s, "--seed",
+                    seed_s,  "--repeat",  repeat_s};
+  size_t nargs = 15;
+  if (url) {
+    args[nargs++] = "--url";
+    args[nargs++] = (char *)url;
+  }
+  if (json) args[nargs++] = "--json";
   char *command = NULL;
-  if (!blist.s || wb_command_line(args, sizeof args / sizeof args[0] - (json ? 0 : 1), NULL, &command) < 0) {
+  if (!blist.s || wb_command_line(args, nargs, NULL, &command) < 0) {
     fprintf(stderr, "weft-bench gpars: out of memory\n");
     for (size_t j = 0; j < nruns; j++) free(runs[j].samples);
     wb_str_free(&blist);

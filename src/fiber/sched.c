@@ -115,6 +115,7 @@
 
 #include "../api/settings.h"
 #include "../io/poller.h"
+#include "../io/uring.h"
 #include "../local/local.h"
 #include "../sys.h"
 #include "annotate.h"
@@ -582,6 +583,9 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     c->tick++;
     int64_t next_timer = run_timers(c);
     drain_inbox(c);
+    /* The ring's completions (a memory read when nothing is there) and a batch of requests. */
+    weft__uring_reap(&c->poller);
+    weft__uring_flush(&c->poller, false);
     weft__fiber *f;
     /*
      * Now and then, new work and yielded fibers first, so that neither can
@@ -594,6 +598,12 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       if ((f = pop_spawn(c)) || (f = take_global(c))) return f;
     }
     if ((f = fq_pop(&c->ready)) || (f = pop_spawn(c))) return f;
+
+    /* Nothing of our own to run: submit what the fibers queued, and see what is done. */
+    if (weft__uring_busy(&c->poller)) {
+      weft__uring_flush(&c->poller, true);
+      if (weft__uring_reap(&c->poller) > 0) continue;
+    }
 
     atomic_fetch_add(&rt.nspinning, 1);
     f = take_global(c);

@@ -108,6 +108,10 @@ static weft__fdwait *slot(weft__poller *p, int fd) {
   return &p->fds[fd];
 }
 
+void weft__poller_fresh_fd(weft__poller *p, int fd) {
+  if (fd >= 0 && (size_t)fd < p->nfds && !p->fds[fd].rd && !p->fds[fd].wr) p->fds[fd].registered = false;
+}
+
 /* Arm fd for what its waiters want now. */
 static int arm(weft__poller *p, int fd, weft__fdwait *s) {
   struct epoll_event e = {.events = EPOLLONESHOT | EPOLLRDHUP, .data.u64 = TAG(TAG_FD, fd)};

@@ -72,4 +72,12 @@ void weft__poller_wake(weft__poller *p);
  */
 int weft__poller_wait_fd(weft__poller *p, int fd, short events, int64_t deadline_ns);
 
+/*
+ * fd is a new descriptor (just accepted, or being connected): whatever this
+ * poller remembers of an earlier descriptor with that number is stale, so the
+ * next wait registers it afresh instead of trying to modify a registration
+ * that close() removed.
+ */
+void weft__poller_fresh_fd(weft__poller *p, int fd);
+
 #endif /* WEFT_IO_POLLER_H */

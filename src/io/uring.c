@@ -1,36 +1,85 @@
 /*
- * This file contains the io_uring path for regular files (see uring.h),
+ * This file contains the io_uring path of a fiber's I/O (see uring.h),
  * built on liburing.
  *
- * Each carrier's ring is touched only by that carrier (fibers never move),
- * so no lock guards it: a fiber submits on its carrier and parks; the
- * carrier reaps completions when the ring's eventfd fires in its epoll (or
- * when it looks without sleeping) and wakes the fibers, whose waiters carry
- * the result. If the process cannot have a ring (no kernel support, seccomp,
- * RLIMIT_MEMLOCK on older kernels), the first failure switches the path off
- * for the whole process, once.
+ * A request's record (struct uop) lives on the waiting fiber's stack, and
+ * its address is the request's user_data. Protocol, all on the carrier's
+ * thread (the fiber when it runs, the scheduler when it reaps):
+ *
+ *   fiber                                  carrier
+ *   prepares the SQE (+ a linked timeout)
+ *   parks on uop.w ------------------->    submits the batch
+ *                                          reaps the CQE: res, done,
+ *   <----------------------------------    resolves uop.w (or readies the
+ *                                          fiber if it waits for `done`)
+ *
+ * The kernel owns the caller's buffer until the request's completion, so a
+ * fiber whose wait ends otherwise (its future was cancelled) asks the
+ * kernel to cancel the request and parks again until the completion has
+ * arrived (`reaping`). Deadlines are linked timeouts (IORING_OP_LINK_TIMEOUT,
+ * absolute on CLOCK_MONOTONIC): the kernel cancels the request at the
+ * deadline and the completion says so; no weft timer is involved.
+ *
+ * The ring has a completion queue of CQ_ENTRIES (the kernel keeps overflow,
+ * NODROP, 5.5). It is not set up with COOP_TASKRUN: that leaves completions
+ * as task work until the carrier enters the kernel, and a carrier asleep in
+ * epoll_wait would not be woken to post them.
  */
 #include "uring.h"
 
 #include <liburing.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "../fiber/fiber.h"
 #include "../fiber/sched.h"
 #include "../sys.h"
 
-#define RING_ENTRIES 64
+#define SQ_ENTRIES 256
+#define CQ_ENTRIES 4096
+/* Queued requests that make the carrier submit even while it has fibers to run. */
+#define BATCH 32
+/* user_data of requests whose completion nobody waits for (linked timeouts, cancels). */
+#define TAG_NONE 1u
 
 typedef struct ring {
   struct io_uring ring;
   int evfd;         /* completions signal it; it sits in the carrier's epoll */
-  size_t in_flight; /* submitted and not yet reaped */
+  size_t in_flight; /* requests submitted or queued whose completion has not been reaped */
 } ring;
+
+typedef struct uop {
+  weft__waiter w;          /* the fiber waits here for the completion */
+  int32_t res;             /* the completion's result */
+  bool done;               /* the completion was reaped */
+  bool reaping;            /* the fiber's wait ended otherwise; it parks until done */
+  weft__fiber *fiber;
+  struct __kernel_timespec ts; /* the deadline of the linked timeout: read by the kernel at submission */
+} uop;
 
 /* -1 unknown, 0 refused by the kernel (for the whole process), 1 a ring was set up. */
 static atomic_int usable = -1;
 
 bool weft__uring_in_use(void) { return atomic_load_explicit(&usable, memory_order_relaxed) == 1; }
+
+static int ring_setup(ring *r) {
+  struct io_uring_params params;
+  static const unsigned tries[] = {IORING_SETUP_CQSIZE, 0};
+  int rc = -EINVAL;
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && rc == -EINVAL; i++) {
+    memset(&params, 0, sizeof params);
+    params.flags = tries[i];
+    params.cq_entries = CQ_ENTRIES;
+    rc = weft__fault(WEFT__F_URING) ? -ENOMEM : io_uring_queue_init_params(SQ_ENTRIES, &r->ring, &params);
+  }
+  /* Reads "at the current position" (offset -1) need IORING_FEAT_RW_CUR_POS (Linux 5.6). */
+  if (rc == 0 && !(params.features & IORING_FEAT_RW_CUR_POS)) {
+    io_uring_queue_exit(&r->ring);
+    rc = -ENOSYS;
+  }
+  return rc;
+}
 
 static ring *ring_get(weft__poller *p) {
   if (p->uring) return p->uring;
@@ -39,13 +88,7 @@ static ring *ring_get(weft__poller *p) {
   if (atomic_load_explicit(&usable, memory_order_relaxed) == 0) return NULL;
   ring *r = weft__calloc(1, sizeof *r);
   if (!r) return NULL;
-  struct io_uring_params params = {0};
-  int rc = weft__fault(WEFT__F_URING) ? -ENOMEM : io_uring_queue_init_params(RING_ENTRIES, &r->ring, &params);
-  /* Reads "at the current position" (offset -1) need IORING_FEAT_RW_CUR_POS (Linux 5.6). */
-  if (rc == 0 && !(params.features & IORING_FEAT_RW_CUR_POS)) {
-    io_uring_queue_exit(&r->ring);
-    rc = -ENOSYS;
-  }
+  int rc = ring_setup(r);
   if (rc < 0) {
     weft__free(r);
     /* A refusal by the kernel holds for the process; a fault or no memory may pass. */
@@ -66,30 +109,74 @@ static ring *ring_get(weft__poller *p) {
   return r;
 }
 
-ssize_t weft__uring_rw(weft__poller *p, int fd, void *buf, size_t len, bool write) {
-  ring *r = ring_get(p);
-  if (!r) return -ENOSYS;
+bool weft__uring_ready(weft__poller *p) { return ring_get(p) != NULL; }
+
+/* A free SQE, submitting what is queued if the queue is full. */
+static struct io_uring_sqe *sqe_get(ring *r) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
   if (!sqe) {
-    /* The ring is full of this carrier's operations: push them out and retry once. */
     io_uring_submit(&r->ring);
     sqe = io_uring_get_sqe(&r->ring);
-    if (!sqe) return -ENOSYS;
   }
-  if (len > UINT32_MAX) len = UINT32_MAX; /* one transfer, like read(2): a short count is allowed */
-  if (write)
-    io_uring_prep_write(sqe, fd, buf, (unsigned)len, (uint64_t)-1);
+  return sqe;
+}
+
+static void prep(struct io_uring_sqe *sqe, const weft__uring_req *q) {
+  /* One transfer, like read(2): a length beyond 4 GiB gives a short count. */
+  unsigned len = q->len > UINT32_MAX ? UINT32_MAX : (unsigned)q->len;
+  if (q->write)
+    io_uring_prep_write(sqe, q->fd, q->buf, len, (uint64_t)-1);
   else
-    io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)-1);
-  /* Not cancellable: the kernel owns buf until the completion arrives. */
-  weft__waiter w;
-  weft__waiter_init(&w, false);
-  io_uring_sqe_set_data(sqe, &w);
-  int rc = io_uring_submit(&r->ring);
-  if (rc < 0) return -ENOSYS;
+    io_uring_prep_read(sqe, q->fd, q->buf, len, (uint64_t)-1);
+}
+
+int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadline_ns) {
+  ring *r = ring_get(p);
+  if (!r) return -ENOSYS;
+  uop op;
+  memset(&op, 0, sizeof op);
+  weft__waiter_init(&op.w, true);
+  op.fiber = op.w.fiber;
+  /* Two SQEs when there is a deadline: make sure both fit before taking either. */
+  if (io_uring_sq_space_left(&r->ring) < 2) io_uring_submit(&r->ring);
+  struct io_uring_sqe *sqe = sqe_get(r);
+  if (!sqe) return -ENOSYS;
+  prep(sqe, q);
+  io_uring_sqe_set_data(sqe, &op);
+  if (deadline_ns > 0) {
+    op.ts.tv_sec = deadline_ns / 1000000000;
+    op.ts.tv_nsec = deadline_ns % 1000000000;
+    sqe->flags |= IOSQE_IO_LINK;
+    struct io_uring_sqe *t = sqe_get(r);
+    io_uring_prep_link_timeout(t, &op.ts, IORING_TIMEOUT_ABS);
+    io_uring_sqe_set_data64(t, TAG_NONE);
+  }
   r->in_flight++;
-  weft__waiter_wait(&w, -1);
-  return (ssize_t)(intptr_t)w.aux;
+  /* The deadline is the kernel's; only the completion or a cancellation ends this wait. */
+  uint32_t st = weft__waiter_wait(&op.w, -1);
+  if (!op.done) {
+    /* Cancelled while in flight: take the request back, and wait until the kernel lets go of it. */
+    struct io_uring_sqe *c = sqe_get(r);
+    if (c) {
+      io_uring_prep_cancel(c, &op, 0);
+      io_uring_sqe_set_data64(c, TAG_NONE);
+    }
+    op.reaping = true;
+    while (!op.done) weft__fiber_park();
+  }
+  if (op.res >= 0) return op.res; /* done before the cancellation took: the result stands */
+  if (op.res == -ECANCELED) {
+    if (st == WEFT__W_CANCELED) return -ECANCELED;
+    if (deadline_ns > 0 && weft_now_ns() >= deadline_ns) return -ETIMEDOUT;
+  }
+  return op.res;
+}
+
+void weft__uring_flush(weft__poller *p, bool idle) {
+  ring *r = p->uring;
+  if (!r) return;
+  unsigned queued = io_uring_sq_ready(&r->ring);
+  if (queued && (idle || queued >= BATCH)) io_uring_submit(&r->ring);
 }
 
 bool weft__uring_busy(const weft__poller *p) {
@@ -99,18 +186,24 @@ bool weft__uring_busy(const weft__poller *p) {
 
 int weft__uring_reap(weft__poller *p) {
   ring *r = p->uring;
-  if (!r) return 0;
-  uint64_t v;
-  ssize_t n = read(r->evfd, &v, sizeof v);
-  WEFT__UNUSED(n);
+  if (!r || !r->in_flight) return 0;
+  /* Completions that overflowed the queue wait in the kernel until we ask. */
+  if (IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW) io_uring_get_events(&r->ring);
   int woken = 0;
   struct io_uring_cqe *cqe;
   while (io_uring_peek_cqe(&r->ring, &cqe) == 0) {
-    weft__waiter *w = io_uring_cqe_get_data(cqe);
-    w->aux = (uintptr_t)(intptr_t)cqe->res;
+    uint64_t tag = io_uring_cqe_get_data64(cqe);
+    int32_t res = cqe->res;
     io_uring_cqe_seen(&r->ring, cqe);
+    if (tag == TAG_NONE) continue;
+    uop *op = (uop *)(uintptr_t)tag;
+    op->res = res;
+    op->done = true;
     r->in_flight--;
-    woken += weft__waiter_wake(w);
+    if (op->reaping)
+      weft__fiber_ready(op->fiber);
+    else
+      woken += weft__waiter_wake(&op->w);
   }
   return woken;
 }

@@ -1,16 +1,23 @@
 /*
- * This file contains the io_uring path of a build without liburing: there
- * is none, and regular files go to the offload pool (see uring.h).
+ * This file contains the io_uring path of a build without liburing (or
+ * without fibers): there is none, and fibers' I/O goes through epoll and the
+ * offload pool (see uring.h).
  */
 #include "uring.h"
 
-ssize_t weft__uring_rw(weft__poller *p, int fd, void *buf, size_t len, bool write) {
+int64_t weft__uring_run(weft__poller *p, const weft__uring_req *r, int64_t deadline_ns) {
   WEFT__UNUSED(p);
-  WEFT__UNUSED(fd);
-  WEFT__UNUSED(buf);
-  WEFT__UNUSED(len);
-  WEFT__UNUSED(write);
+  WEFT__UNUSED(r);
+  WEFT__UNUSED(deadline_ns);
   return -ENOSYS;
+}
+bool weft__uring_ready(weft__poller *p) {
+  WEFT__UNUSED(p);
+  return false;
+}
+void weft__uring_flush(weft__poller *p, bool idle) {
+  WEFT__UNUSED(p);
+  WEFT__UNUSED(idle);
 }
 bool weft__uring_busy(const weft__poller *p) {
   WEFT__UNUSED(p);

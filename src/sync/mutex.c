@@ -84,9 +84,16 @@
 
 enum { LOCKED = 1u, WAITERS = 2u };
 
-/* Spin iterations (one pause and one load each) before a locker queues. */
-#ifndef WEFT__MUTEX_SPIN
-#define WEFT__MUTEX_SPIN 64
+/*
+ * Spin iterations (one pause and one load each) before a locker queues: a
+ * thread, and a fiber (which holds up every other fiber of its carrier while
+ * it spins, and whose park is cheap for itself). See "Spinning" above.
+ */
+#ifndef WEFT__MUTEX_SPIN_THREAD
+#define WEFT__MUTEX_SPIN_THREAD 64
+#endif
+#ifndef WEFT__MUTEX_SPIN_FIBER
+#define WEFT__MUTEX_SPIN_FIBER 16
 #endif
 
 /* A waiter queued this long gets the mutex handed to it. 0: always hand off; INT64_MAX: never. */
@@ -126,8 +133,8 @@ static inline bool try_take(weft_mutex_t *m) {
 }
 
 /* Wait a little for the holder to let go; true when the mutex was taken. */
-static bool spin(weft_mutex_t *m) {
-  for (unsigned i = 0; i < WEFT__MUTEX_SPIN; i++) {
+static bool spin(weft_mutex_t *m, unsigned n) {
+  for (unsigned i = 0; i < n; i++) {
     weft__cpu_relax();
     /* Read before the CAS: a CAS on a held lock only steals the line from the holder. */
     if (!(__atomic_load_n(&m->state_, __ATOMIC_RELAXED) & LOCKED) && try_take(m)) return true;
@@ -137,7 +144,8 @@ static bool spin(weft_mutex_t *m) {
 
 /* The caller has failed the fast path; returns holding LOCKED. */
 static void lock_slow(weft_mutex_t *m) {
-  if (spin(m)) return;
+  unsigned spins = weft__parkable_self() ? WEFT__MUTEX_SPIN_FIBER : WEFT__MUTEX_SPIN_THREAD;
+  if (spin(m, spins)) return;
   mwait mw;
   mw.since = 0;
   bool front = false;
@@ -172,7 +180,7 @@ static void lock_slow(weft_mutex_t *m) {
     weft__sync_settle_word(&m->lock_);
     if (mw.handed) return;
     /* Barging: compete again; a loser keeps its place at the front. */
-    if (try_take(m) || spin(m)) return;
+    if (try_take(m) || spin(m, spins)) return;
     front = true;
   }
 }

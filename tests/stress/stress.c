@@ -73,9 +73,9 @@ static double g_seconds = 20;
 static long g_only_round = -1;
 static unsigned g_watchdog_s = 120;
 static char g_skip[512];
-static unsigned g_scale = 1;   /* divide sizes by this (slow environments, sanitizers) */
-static bool g_fibers;          /* this round: blocking work runs on fibers */
-static weft_key_t g_key;       /* the scoped and local key every check uses */
+static unsigned g_scale = 1; /* divide sizes by this (slow environments, sanitizers) */
+static bool g_fibers;        /* this round: blocking work runs on fibers */
+static weft_key_t g_key;     /* the scoped and local key every check uses */
 static int g_baseline_fds;
 
 static const weft_pmap_opts blocking = {WEFT_BLOCKING, 0, 0, 0};
@@ -103,13 +103,13 @@ typedef struct agent {
   ag_kind kind;
   char name[32];
   rel_rng rng;
-  unsigned nops;                 /* operations to run this round */
-  _Atomic(const char *) op;      /* the operation now running (for the watchdog) */
-  atomic_uint iter;              /* its number in this agent's sequence */
-  atomic_uint progress;          /* bumped often: the watchdog looks for change */
-  void *scope;                   /* the scoped binding this agent has now (NULL: none) */
-  unsigned long locks;           /* shared mutex: times this agent took it */
-  long chan_sent, chan_recvd;    /* shared channel: sums of values sent and received */
+  unsigned nops;              /* operations to run this round */
+  _Atomic(const char *) op;   /* the operation now running (for the watchdog) */
+  atomic_uint iter;           /* its number in this agent's sequence */
+  atomic_uint progress;       /* bumped often: the watchdog looks for change */
+  void *scope;                /* the scoped binding this agent has now (NULL: none) */
+  unsigned long locks;        /* shared mutex: times this agent took it */
+  long chan_sent, chan_recvd; /* shared channel: sums of values sent and received */
   bool done;
 } agent;
 
@@ -146,28 +146,30 @@ static bool scope_is(void *want) {
 static atomic_uintptr_t g_scope_seq;
 static void *new_scope_value(void) { return (void *)(atomic_fetch_add(&g_scope_seq, 1) * 16 + 0x1008); }
 
-/* --- shared state of a round ----------------------------------------------------------------------------- */
+/* --- shared state of a round -----------------------------------------------------------------------------
+ */
 
 static weft_mutex_t g_mu;
-static long g_mu_count;          /* guarded by g_mu (no atomics: a race shows as a wrong count) */
-static atomic_int g_mu_inside;   /* how many hold g_mu: never more than 1 */
-static weft_chan_t *g_chan;      /* everyone sends and receives, without waiting on anyone */
-static weft_sem_t g_sem;         /* SEM_UNITS units */
+static long g_mu_count;        /* guarded by g_mu (no atomics: a race shows as a wrong count) */
+static atomic_int g_mu_inside; /* how many hold g_mu: never more than 1 */
+static weft_chan_t *g_chan;    /* everyone sends and receives, without waiting on anyone */
+static weft_sem_t g_sem;       /* SEM_UNITS units */
 static atomic_int g_sem_inside;
 #define SEM_UNITS 3
 
-/* --- futures whose fate is checked after the round (when all work has ended) ----------------------------- */
+/* --- futures whose fate is checked after the round (when all work has ended) -----------------------------
+ */
 
 typedef struct fut_rec {
-  atomic_int ran;      /* fn's runs */
-  atomic_int entered;  /* fn has started */
-  atomic_int gate;     /* fn waits until it is set (free while running) */
-  atomic_int bad;      /* fn's own checks that failed (scope, cancellation) */
-  int must;            /* -1: unknown; 0: must never run (cancel said 0); 1: must have run once */
+  atomic_int ran;     /* fn's runs */
+  atomic_int entered; /* fn has started */
+  atomic_int gate;    /* fn waits until it is set (free while running) */
+  atomic_int bad;     /* fn's own checks that failed (scope, cancellation) */
+  int must;           /* -1: unknown; 0: must never run (cancel said 0); 1: must have run once */
   /* fn's argument: lives here, so that a future freed while it runs can still read it */
   int behaviour;
-  void *tag;           /* the result */
-  void *scope;         /* the binding where it was started */
+  void *tag;   /* the result */
+  void *scope; /* the binding where it was started */
   agent *owner;
   unsigned iter;
   const char *what;
@@ -192,11 +194,13 @@ static fut_rec *rec_new(agent *a, const char *what) {
   return r;
 }
 
-/* --- operations ------------------------------------------------------------------------------------------- */
+/* --- operations -------------------------------------------------------------------------------------------
+ */
 
 typedef void (*op_fn)(agent *a);
 
-/* Parallel maps ------------------------------------------------------------------------------------------- */
+/* Parallel maps -------------------------------------------------------------------------------------------
+ */
 
 typedef struct map_ctx {
   agent *a;
@@ -205,7 +209,7 @@ typedef struct map_ctx {
   size_t fail_every; /* elements i with i % fail_every == fail_at return i % 89 + 1; 0: none fail */
   size_t fail_at;
   void *scope;
-  int action;        /* blocking elements: what each one does */
+  int action; /* blocking elements: what each one does */
   atomic_int bad_scope, bad_sleep, bad_local;
   weft_pmap_opts inner; /* nested maps: the kind of the inner map */
   size_t inner_n;
@@ -236,7 +240,9 @@ static void blocking_action(map_ctx *m, size_t i) {
     if (weft_sleep_until(d) != 0 || weft_now_ns() < d) atomic_fetch_add(&m->bad_sleep, 1);
     break;
   }
-  case 2: weft_yield(); break;
+  case 2:
+    weft_yield();
+    break;
   case 3: {
     void *r = NULL;
     if (weft_blocking(offload_check, m, &r) != 0 || r != m) atomic_fetch_add(&m->bad_sleep, 1);
@@ -252,7 +258,8 @@ static void blocking_action(map_ctx *m, size_t i) {
       weft_local_set(g_key, NULL);
     }
     break;
-  default: break;
+  default:
+    break;
   }
 }
 
@@ -268,7 +275,8 @@ static int map_elem(void *ctx, size_t i) {
 /* Check a map: the lowest failing index's error, every element once, the callbacks' own checks. */
 static void map_check(agent *a, const char *what, map_ctx *m, int rc) {
   int want = expected_rc(m);
-  if (rc != want) fail(a, "%s of %zu: returned %d (%s), expected %d", what, m->n, rc, weft_strerror(rc), want);
+  if (rc != want)
+    fail(a, "%s of %zu: returned %d (%s), expected %d", what, m->n, rc, weft_strerror(rc), want);
   size_t zero = 0, many = 0, first_bad = SIZE_MAX;
   for (size_t i = 0; i < m->n; i++) {
     unsigned h = atomic_load(&m->hits[i]);
@@ -277,12 +285,14 @@ static void map_check(agent *a, const char *what, map_ctx *m, int rc) {
     many += h > 1;
   }
   if (zero || many)
-    fail(a, "%s of %zu: %zu elements never ran, %zu ran more than once (first: index %zu)", what, m->n, zero, many,
-         first_bad);
-  if (atomic_load(&m->bad_scope)) fail(a, "%s: %d callbacks saw the wrong scoped value", what, atomic_load(&m->bad_scope));
+    fail(a, "%s of %zu: %zu elements never ran, %zu ran more than once (first: index %zu)", what, m->n, zero,
+         many, first_bad);
+  if (atomic_load(&m->bad_scope))
+    fail(a, "%s: %d callbacks saw the wrong scoped value", what, atomic_load(&m->bad_scope));
   if (atomic_load(&m->bad_sleep))
     fail(a, "%s: %d sleeps ended early or offloaded calls failed", what, atomic_load(&m->bad_sleep));
-  if (atomic_load(&m->bad_local)) fail(a, "%s: %d fibers saw another's local value", what, atomic_load(&m->bad_local));
+  if (atomic_load(&m->bad_local))
+    fail(a, "%s: %d fibers saw another's local value", what, atomic_load(&m->bad_local));
   atomic_fetch_add(&g_elems_run, (long)m->n);
 }
 
@@ -353,7 +363,8 @@ static void op_nested(agent *a) {
   const char *what = blocking_outer ? "a blocking map of CPU maps" : "a CPU map of blocking maps";
   if (rc != 0) fail(a, "%s returned %d (an inner map returned something unexpected)", what, rc);
   for (size_t i = 0; i < outer; i++) {
-    if (atomic_load(&n.outer_hits[i]) != 1) fail(a, "%s: outer element %zu ran %u times", what, i, atomic_load(&n.outer_hits[i]));
+    if (atomic_load(&n.outer_hits[i]) != 1)
+      fail(a, "%s: outer element %zu ran %u times", what, i, atomic_load(&n.outer_hits[i]));
     map_check(a, what, &n.inner[i], expected_rc(&n.inner[i]));
     free(n.inner[i].hits);
   }
@@ -362,7 +373,8 @@ static void op_nested(agent *a) {
   free(n.outer_hits);
 }
 
-/* Futures ------------------------------------------------------------------------------------------------- */
+/* Futures -------------------------------------------------------------------------------------------------
+ */
 
 enum { FB_QUICK, FB_SLEEP, FB_GATE, FB_CANCELLABLE };
 #define CANCELLED_TAG ((void *)(intptr_t)0x5ca1ab1e)
@@ -374,7 +386,9 @@ static void *fut_fn(void *p) {
   if (!scope_is(r->scope)) atomic_fetch_add(&r->bad, 1);
   void *res = r->tag;
   switch (r->behaviour) {
-  case FB_SLEEP: weft_sleep_ns((int64_t)((uintptr_t)r->tag % 300) * US); break;
+  case FB_SLEEP:
+    weft_sleep_ns((int64_t)((uintptr_t)r->tag % 300) * US);
+    break;
   case FB_GATE:
     while (!atomic_load(&r->gate)) weft_sleep_ns(50 * US);
     break;
@@ -390,7 +404,8 @@ static void *fut_fn(void *p) {
       }
     }
     break;
-  default: break;
+  default:
+    break;
   }
   return res;
 }
@@ -428,7 +443,7 @@ static void op_futures(agent *a) {
     int action = (int)rel_below(&a->rng, 9);
     if (action == 3 && skipped("futures.get0")) action = 0;
     int behaviour = rel_below(&a->rng, 2) ? FB_QUICK : FB_SLEEP;
-    if (action == 7) behaviour = FB_GATE;                                   /* free while running */
+    if (action == 7) behaviour = FB_GATE;                                           /* free while running */
     if (action == 8) behaviour = kind == WEFT_BLOCKING ? FB_CANCELLABLE : FB_SLEEP; /* cancel while running */
     r->behaviour = behaviour;
     r->tag = (void *)(uintptr_t)(rel_below(&a->rng, 1u << 20) * 8 + 8);
@@ -448,7 +463,8 @@ static void op_futures(agent *a) {
     case 1: /* get, forever */
       r->what = "get(-1)";
       rc = weft_future_get(f, -1, &res);
-      if (rc != 0 || res != fa->tag) fail(a, "weft_future_get(-1) returned %d, result %p (expected %p)", rc, res, fa->tag);
+      if (rc != 0 || res != fa->tag)
+        fail(a, "weft_future_get(-1) returned %d, result %p (expected %p)", rc, res, fa->tag);
       r->must = 1;
       break;
     case 2: { /* get with a deadline, then forever */
@@ -457,7 +473,8 @@ static void op_futures(agent *a) {
       rc = weft_future_get(f, d, &res);
       if (rc == -ETIMEDOUT) {
         atomic_fetch_add(&g_timeouts, 1);
-        if (weft_now_ns() < d) fail(a, "weft_future_get(deadline) gave -ETIMEDOUT %lld ns early", (long long)(d - weft_now_ns()));
+        if (weft_now_ns() < d)
+          fail(a, "weft_future_get(deadline) gave -ETIMEDOUT %lld ns early", (long long)(d - weft_now_ns()));
       } else if (rc != 0 || res != fa->tag) {
         fail(a, "weft_future_get(deadline) returned %d (%s)", rc, weft_strerror(rc));
       }
@@ -477,7 +494,9 @@ static void op_futures(agent *a) {
       /* A fiber that polled must still wait properly afterwards. */
       int64_t d = weft_now_ns() + 50 * US;
       int s = weft_sleep_until(d);
-      if (s != 0 || weft_now_ns() < d) fail(a, "a sleep after weft_future_get(0) returned %d, %lld ns early", s, (long long)(d - weft_now_ns()));
+      if (s != 0 || weft_now_ns() < d)
+        fail(a, "a sleep after weft_future_get(0) returned %d, %lld ns early", s,
+             (long long)(d - weft_now_ns()));
       rc = weft_future_get(f, -1, &res);
       if (rc != 0 || res != fa->tag) fail(a, "weft_future_get(-1) after polling returned %d", rc);
       r->must = 1;
@@ -493,7 +512,8 @@ static void op_futures(agent *a) {
         if (rc != -ECANCELED) fail(a, "cancel said 0, then weft_future_get returned %d", rc);
       } else if (c == -EBUSY || c == -EALREADY) {
         r->must = 1;
-        if (rc != 0 || res != fa->tag) fail(a, "cancel said %d, then weft_future_get returned %d, %p", c, rc, res);
+        if (rc != 0 || res != fa->tag)
+          fail(a, "cancel said %d, then weft_future_get returned %d, %p", c, rc, res);
       } else {
         fail(a, "weft_future_cancel returned %d (%s)", c, weft_strerror(c));
       }
@@ -523,14 +543,16 @@ static void op_futures(agent *a) {
         if (rc != -ECANCELED) fail(a, "cancel said 0, then weft_future_get returned %d", rc);
       } else {
         r->must = 1;
-        bool ok = rc == 0 && (res == fa->tag || (c == -EBUSY && behaviour == FB_CANCELLABLE && res == CANCELLED_TAG));
+        bool ok = rc == 0 &&
+                  (res == fa->tag || (c == -EBUSY && behaviour == FB_CANCELLABLE && res == CANCELLED_TAG));
         if (!ok) fail(a, "cancel said %d, then weft_future_get returned %d, %p", c, rc, res);
         if (c == -EBUSY && behaviour == FB_CANCELLABLE && res != CANCELLED_TAG)
           fail(a, "a running blocking future was cancelled but never saw weft_cancelled()");
       }
       break;
     }
-    default: break;
+    default:
+      break;
     }
     /* Several getters at once, of another context. */
     if (f && rel_below(&a->rng, 4) == 0) {
@@ -546,19 +568,22 @@ static void op_futures(agent *a) {
   }
 }
 
-/* Sleeps and yields ---------------------------------------------------------------------------------------- */
+/* Sleeps and yields ----------------------------------------------------------------------------------------
+ */
 
 static void op_sleep(agent *a) {
   for (int k = 0; k < 4; k++) {
     int64_t d = weft_now_ns() + (int64_t)rel_below(&a->rng, 300) * US;
     int rc = weft_sleep_until(d);
     int64_t now = weft_now_ns();
-    if (rc != 0 || now < d) fail(a, "weft_sleep_until returned %d, %lld ns before its deadline", rc, (long long)(d - now));
+    if (rc != 0 || now < d)
+      fail(a, "weft_sleep_until returned %d, %lld ns before its deadline", rc, (long long)(d - now));
     if (weft_sleep_ns(0) != 0 || weft_yield() != 0) fail(a, "weft_sleep_ns(0) or weft_yield failed");
   }
 }
 
-/* Socket I/O ------------------------------------------------------------------------------------------------ */
+/* Socket I/O ------------------------------------------------------------------------------------------------
+ */
 
 typedef struct stream {
   int fd;
@@ -569,13 +594,16 @@ typedef struct stream {
   bool use_recv;
 } stream;
 
-static unsigned char byte_at(uint64_t seed, size_t i) { return (unsigned char)((seed >> (i % 56)) ^ (i * 131)); }
+static unsigned char byte_at(uint64_t seed, size_t i) {
+  return (unsigned char)((seed >> (i % 56)) ^ (i * 131));
+}
 
 static void *stream_read(void *arg) {
   stream *s = arg;
   unsigned char buf[8192];
   for (;;) {
-    ssize_t n = s->use_recv ? weft_recv(s->fd, buf, sizeof buf, 0, -1) : weft_read(s->fd, buf, sizeof buf, -1);
+    ssize_t n =
+        s->use_recv ? weft_recv(s->fd, buf, sizeof buf, 0, -1) : weft_read(s->fd, buf, sizeof buf, -1);
     if (n == 0) break;
     if (n < 0) {
       s->err = (int)n;
@@ -613,20 +641,24 @@ static void op_io(agent *a) {
     fail(a, "socketpair: %s", strerror(errno));
     return;
   }
-  /* Both ends on their own fibers (large), or a reader future and this agent writing (small: never blocks). */
+  /* Both ends on their own fibers (large), or a reader future and this agent writing (small: never blocks).
+   */
   bool both = g_fibers && rel_below(&a->rng, 2);
   size_t len = both ? sz(64 * 1024) + rel_below(&a->rng, sz(1 << 20)) : 1 + rel_below(&a->rng, 48 * 1024);
   uint64_t seed = rel_next(&a->rng);
   bool rv = rel_below(&a->rng, 2);
   stream rd = {sv[0], len, seed, 0, 0, rv}, wr = {sv[1], len, seed, 0, 0, rv};
   char c;
-  if (weft_read(sv[0], &c, 1, 0) != -ETIMEDOUT) fail(a, "weft_read with deadline 0 on an empty socket did not time out");
+  if (weft_read(sv[0], &c, 1, 0) != -ETIMEDOUT)
+    fail(a, "weft_read with deadline 0 on an empty socket did not time out");
   int pr = weft_poll_fd(sv[1], POLLOUT, 0);
   if (pr <= 0 || !(pr & POLLOUT)) fail(a, "weft_poll_fd(POLLOUT, 0) on a fresh socket returned %d", pr);
   weft_future *fr = NULL, *fw = NULL;
-  if (weft_future_start(WEFT_BLOCKING, stream_read, &rd, &fr) != 0) fail(a, "weft_future_start (reader) failed");
+  if (weft_future_start(WEFT_BLOCKING, stream_read, &rd, &fr) != 0)
+    fail(a, "weft_future_start (reader) failed");
   if (both) {
-    if (weft_future_start(WEFT_BLOCKING, stream_write, &wr, &fw) != 0) fail(a, "weft_future_start (writer) failed");
+    if (weft_future_start(WEFT_BLOCKING, stream_write, &wr, &fw) != 0)
+      fail(a, "weft_future_start (writer) failed");
   } else {
     stream_write(&wr);
   }
@@ -636,16 +668,20 @@ static void op_io(agent *a) {
   weft_future_free(fw);
   close(sv[0]);
   close(sv[1]);
-  if (wr.err || wr.done != len) fail(a, "the writer stopped at %zu of %zu bytes: %d (%s)", wr.done, len, wr.err, weft_strerror(wr.err));
-  if (rd.err || rd.done != len) fail(a, "the reader got %zu of %zu bytes: %d (%s)", rd.done, len, rd.err, rd.err == -1000 ? "wrong bytes" : weft_strerror(rd.err));
+  if (wr.err || wr.done != len)
+    fail(a, "the writer stopped at %zu of %zu bytes: %d (%s)", wr.done, len, wr.err, weft_strerror(wr.err));
+  if (rd.err || rd.done != len)
+    fail(a, "the reader got %zu of %zu bytes: %d (%s)", rd.done, len, rd.err,
+         rd.err == -1000 ? "wrong bytes" : weft_strerror(rd.err));
   atomic_fetch_add(&g_bytes_moved, (long)len);
 }
 
-/* Mutex, condition variable, semaphore: contention inside one operation ------------------------------------- */
+/* Mutex, condition variable, semaphore: contention inside one operation -------------------------------------
+ */
 
 typedef struct lock_ctx {
   weft_mutex_t m;
-  long count;         /* guarded by m */
+  long count; /* guarded by m */
   atomic_int inside;
   atomic_int bad;
   int iters;
@@ -682,8 +718,8 @@ static void op_mutex(agent *a) {
   for (size_t i = 0; i < n; i++)
     for (int k = 0; k < l.iters; k++) plain += (i + (size_t)k) % 5 != 0;
   if (rc != 0 || atomic_load(&l.bad) || l.count < plain || l.count > (long)n * l.iters)
-    fail(a, "mutex: %zu elements x %d: count %ld (at least %ld), %d exclusion or unlock failures", n, l.iters, l.count,
-         plain, atomic_load(&l.bad));
+    fail(a, "mutex: %zu elements x %d: count %ld (at least %ld), %d exclusion or unlock failures", n, l.iters,
+         l.count, plain, atomic_load(&l.bad));
   weft_mutex_destroy(&l.m);
 }
 
@@ -776,8 +812,8 @@ static void op_cond(agent *a) {
   if (g_fibers && c.pushed != (long)(c.nprod * (size_t)c.per))
     fail(a, "cond queue: %ld of %zu items pushed", c.pushed, c.nprod * (size_t)c.per);
   if (rc != 0 || atomic_load(&c.bad) || c.pushed != c.popped || c.pushed_sum != c.popped_sum)
-    fail(a, "cond queue: pushed %ld (sum %ld), popped %ld (sum %ld), %d wait errors", c.pushed, c.pushed_sum, c.popped,
-         c.popped_sum, atomic_load(&c.bad));
+    fail(a, "cond queue: pushed %ld (sum %ld), popped %ld (sum %ld), %d wait errors", c.pushed, c.pushed_sum,
+         c.popped, c.popped_sum, atomic_load(&c.bad));
   weft_cond_destroy(&c.not_empty);
   weft_cond_destroy(&c.not_full);
   weft_mutex_destroy(&c.m);
@@ -819,8 +855,8 @@ static void op_sem(agent *a) {
   int back = 0;
   while (weft_sem_wait(&s.s, 0) == 0) back++;
   if (rc != 0 || atomic_load(&s.bad) || back != s.units)
-    fail(a, "semaphore of %d units, %zu users: %d errors, peak %d inside, %d units back", s.units, n, atomic_load(&s.bad),
-         atomic_load(&s.peak), back);
+    fail(a, "semaphore of %d units, %zu users: %d errors, peak %d inside, %d units back", s.units, n,
+         atomic_load(&s.bad), atomic_load(&s.peak), back);
   weft_sem_destroy(&s.s);
 }
 
@@ -892,7 +928,8 @@ static void op_chan(agent *a) {
     int id;
     int r = weft_chan_recv(c.ch, &id, 0);
     if (r != 0) {
-      if (r != -EPIPE) fail(a, "draining a closed channel gave %d (%s), expected -EPIPE at the end", r, weft_strerror(r));
+      if (r != -EPIPE)
+        fail(a, "draining a closed channel gave %d (%s), expected -EPIPE at the end", r, weft_strerror(r));
       break;
     }
     if (id >= 0 && id < (int)total) {
@@ -908,9 +945,13 @@ static void op_chan(agent *a) {
     dup += r > 1 || s > 1;
     ghost += s == 0 && r > 0;
   }
-  if (g_fibers && nsent != total) fail(a, "channel (capacity %zu): %zu of %zu sent with no deadline", cap, nsent, total);
-  if (rc != 0 || atomic_load(&c.bad) || lost || dup || ghost || atomic_load(&c.sum_sent) != atomic_load(&c.sum_recvd))
-    fail(a, "channel (capacity %zu, %zu producers, %zu consumers): %zu lost, %zu duplicated, %zu received unsent, %d errors",
+  if (g_fibers && nsent != total)
+    fail(a, "channel (capacity %zu): %zu of %zu sent with no deadline", cap, nsent, total);
+  if (rc != 0 || atomic_load(&c.bad) || lost || dup || ghost ||
+      atomic_load(&c.sum_sent) != atomic_load(&c.sum_recvd))
+    fail(a,
+         "channel (capacity %zu, %zu producers, %zu consumers): %zu lost, %zu duplicated, %zu received "
+         "unsent, %d errors",
          cap, c.nprod, c.ncons, lost, dup, ghost, atomic_load(&c.bad));
   atomic_fetch_add(&g_chan_elems, (long)nsent);
   weft_chan_free(c.ch);
@@ -918,7 +959,8 @@ static void op_chan(agent *a) {
   free(c.recvd);
 }
 
-/* The round's shared primitives: every agent, every context, none waiting on another ----------------------- */
+/* The round's shared primitives: every agent, every context, none waiting on another -----------------------
+ */
 
 static void op_shared(agent *a) {
   for (int k = 0; k < 8; k++) {
@@ -964,7 +1006,8 @@ static void op_shared(agent *a) {
       int64_t d = rel_below(&a->rng, 2) ? 0 : weft_now_ns() + 100 * US;
       int rc = weft_sem_wait(&g_sem, d);
       if (rc == 0) {
-        if (atomic_fetch_add(&g_sem_inside, 1) >= SEM_UNITS) fail(a, "more than %d holders of the shared semaphore", SEM_UNITS);
+        if (atomic_fetch_add(&g_sem_inside, 1) >= SEM_UNITS)
+          fail(a, "more than %d holders of the shared semaphore", SEM_UNITS);
         weft_yield();
         atomic_fetch_sub(&g_sem_inside, 1);
         weft_sem_post(&g_sem);
@@ -979,7 +1022,8 @@ static void op_shared(agent *a) {
   }
 }
 
-/* Offload: the call sees the caller's scope; its result comes back ------------------------------------------------ */
+/* Offload: the call sees the caller's scope; its result comes back
+ * ------------------------------------------------ */
 
 static void op_offload(agent *a) {
   map_ctx m;
@@ -993,7 +1037,8 @@ static void op_offload(agent *a) {
   if (atomic_load(&m.bad_scope)) fail(a, "an offloaded call saw the wrong scoped value");
 }
 
-/* Scoped values: a nested operation under a new binding, which must not leak out ---------------------------------- */
+/* Scoped values: a nested operation under a new binding, which must not leak out
+ * ---------------------------------- */
 
 static const op_fn *g_ops;
 static size_t g_nops_enabled;
@@ -1026,7 +1071,8 @@ static void op_scope(agent *a) {
   if (!scope_is(outer)) fail(a, "a scoped binding leaked out of weft_scope_run");
 }
 
-/* The operation table ---------------------------------------------------------------------------------------------- */
+/* The operation table
+ * ---------------------------------------------------------------------------------------------- */
 
 typedef struct op_def {
   const char *name;
@@ -1035,18 +1081,20 @@ typedef struct op_def {
 } op_def;
 
 static const op_def all_ops[] = {
-    {"pmap_cpu", op_pmap_cpu, 3}, {"pmap_blocking", op_pmap_blocking, 3}, {"nested", op_nested, 2},
-    {"futures", op_futures, 4},   {"sleep", op_sleep, 1},                 {"io", op_io, 2},
-    {"mutex", op_mutex, 2},       {"cond", op_cond, 2},                   {"sem", op_sem, 2},
-    {"chan", op_chan, 2},         {"shared", op_shared, 3},               {"offload", op_offload, 1},
+    {"pmap_cpu", op_pmap_cpu, 3}, {"pmap_blocking", op_pmap_blocking, 3},
+    {"nested", op_nested, 2},     {"futures", op_futures, 4},
+    {"sleep", op_sleep, 1},       {"io", op_io, 2},
+    {"mutex", op_mutex, 2},       {"cond", op_cond, 2},
+    {"sem", op_sem, 2},           {"chan", op_chan, 2},
+    {"shared", op_shared, 3},     {"offload", op_offload, 1},
     {"scope", op_scope, 2},
 };
 #define NOPS (sizeof all_ops / sizeof all_ops[0])
 
 static op_fn enabled_fns[64];
 static const char *enabled_names[64];
-static size_t nenabled;          /* in the weighted table */
-static op_fn scope_inner[NOPS];  /* ops a scope may nest (not scope itself) */
+static size_t nenabled;         /* in the weighted table */
+static op_fn scope_inner[NOPS]; /* ops a scope may nest (not scope itself) */
 
 static bool skipped(const char *name) {
   if (!g_skip[0]) return false;
@@ -1118,7 +1166,8 @@ static void *omp_region(void *p) {
 }
 #endif
 
-/* --- the watchdog ----------------------------------------------------------------------------------------------------- */
+/* --- the watchdog
+ * ----------------------------------------------------------------------------------------------------- */
 
 static atomic_bool wd_stop;
 static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1156,10 +1205,11 @@ static void *watchdog_main(void *p) {
     weft__offload_stats os;
     weft__offload_get_stats(&os);
     fprintf(stderr,
-            "\nstress: no progress for %u s: seed=%llu round=%u (replay: WEFT_STRESS_SEED=%llu WEFT_STRESS_ROUND=%u)\n"
+            "\nstress: no progress for %u s: seed=%llu round=%u (replay: WEFT_STRESS_SEED=%llu "
+            "WEFT_STRESS_ROUND=%u)\n"
             "  fibers live %llu, carriers %u, offload threads %u (%u running, %u queued)\n",
-            g_watchdog_s, (unsigned long long)g_seed, r, (unsigned long long)g_seed, r, (unsigned long long)fs.live,
-            weft_carrier_count(), os.threads, os.running, os.queued);
+            g_watchdog_s, (unsigned long long)g_seed, r, (unsigned long long)g_seed, r,
+            (unsigned long long)fs.live, weft_carrier_count(), os.threads, os.running, os.queued);
     int n = atomic_load(&g_nagents);
     for (int i = 0; i < n; i++)
       fprintf(stderr, "  agent %-18s op %-14s iteration %u\n", g_agents[i].name, atomic_load(&g_agents[i].op),
@@ -1171,7 +1221,9 @@ static void *watchdog_main(void *p) {
   return NULL;
 }
 
-/* --- a round --------------------------------------------------------------------------------------------------------- */
+/* --- a round
+ * ---------------------------------------------------------------------------------------------------------
+ */
 
 static agent *agent_new(ag_kind kind, rel_rng *round_rng, unsigned round, unsigned max_ops) {
   int i = atomic_load(&g_nagents);
@@ -1194,6 +1246,17 @@ static bool run_round(unsigned round) {
   rel_rng rr = rel_derive(g_seed, round, 0, 0);
   atomic_store(&g_nagents, 0);
   atomic_store(&g_nrecs, 0);
+  /*
+   * The runtime is stopped between rounds: each round has settings of its
+   * own (one carrier or several; socket I/O through io_uring or through the
+   * carriers' epoll), unless the environment fixes them.
+   */
+  weft_config cfg;
+  weft_config_init(&cfg);
+  static const unsigned carriers[] = {0, 0, 1, 2, 3};
+  cfg.carriers = carriers[rel_below(&rr, 5)];
+  if (rel_below(&rr, 3) == 0) cfg.io_uring = 0;
+  if (weft_configure(&cfg) != 0) fail(NULL, "weft_configure refused the round's settings");
   g_fibers = weft_fibers_available();
   int failures_before = atomic_load(&g_failures);
 
@@ -1208,9 +1271,8 @@ static bool run_round(unsigned round) {
   agent *main_agent = agent_new(AG_MAIN, &rr, round, max_ops);
   unsigned nthreads = (unsigned)rel_below(&rr, 3), nfibers = 1 + (unsigned)rel_below(&rr, 3);
   unsigned ncpu = (unsigned)rel_below(&rr, 2);
-  bool omp = false;
 #ifdef WEFT_HAVE_OPENMP
-  omp = rel_below(&rr, 2);
+  bool omp = rel_below(&rr, 2);
 #endif
   pthread_t th[4];
   agent *thr_agents[4];
@@ -1262,7 +1324,8 @@ static bool run_round(unsigned round) {
     sent += g_agents[i].chan_sent;
     recvd += g_agents[i].chan_recvd;
   }
-  if ((unsigned long)g_mu_count != locks) fail(NULL, "the shared mutex: counter %ld after %lu locks", g_mu_count, locks);
+  if ((unsigned long)g_mu_count != locks)
+    fail(NULL, "the shared mutex: counter %ld after %lu locks", g_mu_count, locks);
   int v;
   while (weft_chan_recv(g_chan, &v, 0) == 0) recvd += v;
   if (sent != recvd) fail(NULL, "the shared channel: %ld sent, %ld received", sent, recvd);
@@ -1284,7 +1347,9 @@ static bool run_round(unsigned round) {
     if (ran > 1 || (r->must == 0 && ran != 0) || (r->must == 1 && ran != 1)) {
       atomic_store(&r->owner->iter, r->iter);
       fail(r->owner, "a future (%s) ran %d times, expected %s", r->what, ran,
-           r->must == 0 ? "never" : r->must == 1 ? "once" : "at most once");
+           r->must == 0   ? "never"
+           : r->must == 1 ? "once"
+                          : "at most once");
     }
     if (atomic_load(&r->bad)) {
       atomic_store(&r->owner->iter, r->iter);
@@ -1294,7 +1359,9 @@ static bool run_round(unsigned round) {
   return atomic_load(&g_failures) == failures_before;
 }
 
-/* --- the test ---------------------------------------------------------------------------------------------------------- */
+/* --- the test
+ * ----------------------------------------------------------------------------------------------------------
+ */
 
 static uint64_t fresh_seed(void) {
   uint64_t s = 0;
@@ -1322,8 +1389,9 @@ static void read_settings(void) {
 
 static void test_random_workload(void) {
   read_settings();
-  printf("\n    seed %llu, %.0f s, scale 1/%u%s%s (replay: WEFT_STRESS_SEED=%llu)", (unsigned long long)g_seed,
-         g_seconds, g_scale, g_skip[0] ? ", skipping " : "", g_skip, (unsigned long long)g_seed);
+  printf("\n    seed %llu, %.0f s, scale 1/%u%s%s (replay: WEFT_STRESS_SEED=%llu)",
+         (unsigned long long)g_seed, g_seconds, g_scale, g_skip[0] ? ", skipping " : "", g_skip,
+         (unsigned long long)g_seed);
   fflush(stdout);
   build_op_table();
   g_recs = calloc(MAX_RECS, sizeof *g_recs);
@@ -1358,20 +1426,59 @@ static void test_random_workload(void) {
   pthread_join(wd, NULL);
   weft_key_delete(g_key);
   free(g_recs);
+  weft_config dflt;
+  weft_config_init(&dflt);
+  weft_configure(&dflt);
   double secs = (double)(weft_now_ns() - t0) / 1e9;
-  printf("\n    %u rounds in %.1f s (%s): %ld operations, %ld map elements, %ld futures, %ld channel elements, "
-         "%ld bytes through sockets, %ld deadlines passed",
-         rounds, secs, g_fibers ? "fibers" : "no fibers", atomic_load(&g_ops_run), atomic_load(&g_elems_run),
-         atomic_load(&g_futures_run), atomic_load(&g_chan_elems), atomic_load(&g_bytes_moved),
-         atomic_load(&g_timeouts));
+  printf(
+      "\n    %u rounds in %.1f s (%s): %ld operations, %ld map elements, %ld futures, %ld channel elements, "
+      "%ld bytes through sockets, %ld deadlines passed",
+      rounds, secs, g_fibers ? "fibers" : "no fibers", atomic_load(&g_ops_run), atomic_load(&g_elems_run),
+      atomic_load(&g_futures_run), atomic_load(&g_chan_elems), atomic_load(&g_bytes_moved),
+      atomic_load(&g_timeouts));
   if (!ok)
     printf("\n    FAILED in round %u: replay with WEFT_STRESS_SEED=%llu WEFT_STRESS_ROUND=%u", failed_round,
            (unsigned long long)g_seed, failed_round);
   CU_ASSERT_EQUAL(atomic_load(&g_failures), 0);
 }
 
+/*
+ * A fiber woken by a thread that is not a carrier (here: the OpenMP thread
+ * that ran the fiber's CPU map) can run to its end, and the program can
+ * call weft_shutdown, while the waker is still inside weft__fiber_ready:
+ * after it has queued the fiber, it still wakes the carrier's poller (reads
+ * the carrier, writes its eventfd). Shutdown must not free the carrier (or
+ * close that eventfd, whose number the program may reuse) under it.
+ * ThreadSanitizer sees the race on every run; natively the window is a few
+ * instructions wide.
+ */
+static int wake_elem(void *ctx, size_t i) {
+  (void)ctx;
+  (void)i;
+  return 0;
+}
+
+static void *cpu_map_on_fiber(void *arg) {
+  (void)arg;
+  return (void *)(intptr_t)weft_pmap(64, wake_elem, NULL, NULL);
+}
+
+static void test_wake_then_shutdown(void) {
+  int n = weft_test_slow_env() ? 10 : REL_SANITIZED ? 50 : 200;
+  for (int k = 0; k < n; k++) {
+    weft_future *f = NULL;
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, cpu_map_on_fiber, NULL, &f), 0);
+    void *r = (void *)1;
+    CU_ASSERT_EQUAL(weft_future_get(f, -1, &r), 0);
+    CU_ASSERT(r == NULL);
+    weft_future_free(f);
+    weft_shutdown(); /* at once: the waker may still be on its way out */
+  }
+}
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
+      {"wake_then_shutdown", test_wake_then_shutdown},
       {"random_workload", test_random_workload},
       {NULL, NULL},
   };
