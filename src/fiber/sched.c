@@ -177,6 +177,8 @@ enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
 
 /* Stacks an idle carrier unmaps at a time before it looks for work again. */
 #define TRIM_BATCH 16
+/* How long a carrier stays without work before it gives stacks back. */
+#define TRIM_IDLE_NS (100 * 1000000LL)
 
 /* How long a compensation carrier stays without work before it retires. */
 #define RETIRE_NS (200 * 1000000LL)
@@ -628,16 +630,26 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      */
     int64_t wake_at = next_timer;
     if (c->extra && c->homed == 0 && c->heap_len == 0 && !weft__poller_busy(&c->poller)) {
-      int64_t now = weft_now_ns();
-      if (!c->idle_since) c->idle_since = now;
-      if (now - c->idle_since >= RETIRE_NS) return NULL;
+      int64_t t = weft_now_ns();
+      if (!c->idle_since) c->idle_since = t;
+      if (t - c->idle_since >= RETIRE_NS) return NULL;
       wake_at = c->idle_since + RETIRE_NS;
     }
 
-    /* Nothing to run: a good moment to give memory back, a batch at a time, looking for work in between. */
+    /*
+     * Nothing to run. Once that has lasted TRIM_IDLE_NS, give stacks back, a
+     * batch at a time, looking for work in between: sooner, and a burst that
+     * follows a burst would map again what the first one just let go.
+     */
+    int64_t now = weft_now_ns();
+    if (!c->idle_since) c->idle_since = now;
     if (weft__stack_excess()) {
-      weft__stack_trim(TRIM_BATCH);
-      continue;
+      if (now - c->idle_since >= TRIM_IDLE_NS) {
+        weft__stack_trim(TRIM_BATCH);
+        continue;
+      }
+      int64_t trim_at = c->idle_since + TRIM_IDLE_NS;
+      if (wake_at < 0 || trim_at < wake_at) wake_at = trim_at;
     }
 
     /* Announce the sleep, then look once more (the Dekker pair with wakers). */
