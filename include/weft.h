@@ -341,7 +341,9 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * a plain thread fn simply runs on it. Stores fn's result in *result when
  * result is not NULL. Returns 0; -EINVAL for NULL fn; -ECANCELED when the
  * calling future was cancelled before fn started (fn then never runs; once
- * started, fn runs to the end and its result is delivered). Any context.
+ * started, fn runs to the end and its result is delivered). fn sees the
+ * caller's scoped bindings and local values; weft_cancelled() is false in
+ * it, and it must not call weft_shutdown. Any context.
  */
 WEFT_EXTERN int weft_blocking(weft_task_fn fn, void *arg, void **result);
 
@@ -438,6 +440,16 @@ WEFT_EXTERN void weft_chan_free(weft_chan_t *ch);
  *    binding it was started with).
  * Keys are process-wide, at most WEFT_KEYS_MAX at once. Without fibers, the
  * same calls work on each thread's own storage.
+ *
+ * Where local values live: on a fiber, the fiber's own; on any other thread
+ * (the main thread, an OpenMP thread running CPU pmap elements or CPU
+ * futures, the fallback's threads), that OS thread's own, like
+ * thread-locals: a CPU element's value outlives the element and is destroyed
+ * when the thread exits. The elements of one WEFT_BLOCKING pmap that run in
+ * turn on one fiber share its values. A fiber's destructors run on the fiber
+ * itself as it ends (they may call weft, and park); a thread's at its exit,
+ * except the main thread's, which are never destroyed (as with pthread
+ * keys). Destructors run in up to 4 rounds when they set values again.
  */
 typedef uint64_t weft_key_t;
 
@@ -450,7 +462,8 @@ WEFT_EXTERN int weft_key_delete(weft_key_t key);
 WEFT_EXTERN void *weft_local_get(weft_key_t key);             /* NULL when unset or unknown */
 WEFT_EXTERN int weft_local_set(weft_key_t key, void *value);  /* -EINVAL, -ENOMEM */
 WEFT_EXTERN int weft_scope_run(weft_key_t key, void *value, weft_task_fn fn, void *arg, void **result);
-WEFT_EXTERN int weft_scope_get(weft_key_t key, void **value); /* -ENOENT when unbound */
+/* 0 and the innermost binding in *value; -ENOENT when unbound. value may be NULL (is it bound?). */
+WEFT_EXTERN int weft_scope_get(weft_key_t key, void **value);
 
 #ifdef __cplusplus
 }

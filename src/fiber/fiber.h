@@ -49,13 +49,11 @@ typedef struct weft__fiber {
   uint32_t flags;              /* WEFT__FIBER_* */
   void *san_fake_stack;        /* AddressSanitizer's fake-stack handle across a switch */
   void *san_tsan_fiber;        /* ThreadSanitizer's fiber handle */
-  unsigned vg_stack_id;        /* Valgrind's stack registration */
   weft__tctx tc;               /* cancellation, scope and locals of the work it runs */
 } weft__fiber;
 
 enum {
   WEFT__FIBER_STARTED = 1u << 0, /* has a stack and a home; may no longer move */
-  WEFT__FIBER_PINNED = 1u << 1,  /* reported by the pinning monitor */
 };
 
 /* Fill in a fiber for spawning. */
