@@ -137,8 +137,10 @@ typedef void *(*weft_task_fn)(void *arg);
  * the CPU path). fn never runs inside weft_future_start itself.
  *
  * Returns 0; -EINVAL for a NULL fn or out, or a bad kind; -ENOMEM;
- * -ESHUTDOWN while weft_shutdown() runs. On error *out is untouched and fn
- * will not run. The caller owns the future and must release it with
+ * -ESHUTDOWN while weft_shutdown() runs; -EAGAIN (or the system's error)
+ * when no thread can be started to run it (a CPU future needs weft's OpenMP
+ * team, or its own pool, to exist). On error *out is untouched and fn will
+ * not run. The caller owns the future and must release it with
  * weft_future_free(). Contexts: any.
  */
 WEFT_EXTERN int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **out);
@@ -147,7 +149,8 @@ WEFT_EXTERN int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, we
  * weft_future_get: wait until the future has a result or the deadline passes.
  * Returns 0 and stores fn's return value in *result (when result is not
  * NULL); -ETIMEDOUT; -ECANCELED when the future was cancelled before it ran;
- * -EINVAL for a NULL future or a bad deadline. May be called any number of
+ * -ENOMEM when a blocking future could get neither a fiber stack nor a CPU
+ * worker, so fn never ran; -EINVAL for a NULL future or a bad deadline. May be called any number of
  * times, from any number of threads and fibers at once.
  *
  * With deadline -1, a plain thread or OpenMP task that finds a WEFT_CPU future
@@ -232,9 +235,13 @@ WEFT_EXTERN unsigned weft_carrier_count(void);
  * offloaded calls) to finish, then stop weft's threads and release its pools.
  * Futures not yet freed stay valid. The next call that needs the runtime
  * starts it again. Calls that start work while the shutdown runs get
- * -ESHUTDOWN. Contexts: a plain thread outside any weft work; called from a
- * fiber, from weft's OpenMP team or from an element of a weft_pmap it would
- * wait for itself, so it aborts the process with a message instead.
+ * -ESHUTDOWN. Contexts: a plain thread outside any weft work. Called from a
+ * fiber, from weft's own OpenMP team or pool (a CPU future, a CPU map of a
+ * fiber) or from an offloaded call, it would wait for itself, so it aborts
+ * the process with a message instead. (An element of a CPU map that runs on
+ * the map's caller, or on the program's own OpenMP threads, is not weft's
+ * work in flight: there it returns, but the map's other elements may still
+ * start weft work afterwards.)
  */
 WEFT_EXTERN void weft_shutdown(void);
 
@@ -322,7 +329,7 @@ WEFT_EXTERN ssize_t weft_read(int fd, void *buf, size_t len, int64_t deadline_ns
 WEFT_EXTERN ssize_t weft_write(int fd, const void *buf, size_t len, int64_t deadline_ns);
 WEFT_EXTERN ssize_t weft_recv(int fd, void *buf, size_t len, int flags, int64_t deadline_ns);
 WEFT_EXTERN ssize_t weft_send(int fd, const void *buf, size_t len, int flags, int64_t deadline_ns);
-/* Returns the new descriptor (close-on-exec, blocking like the listener's). */
+/* Returns the new descriptor (close-on-exec, blocking); -EINVAL when fd is not a listening socket. */
 WEFT_EXTERN int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadline_ns);
 /* Returns 0 once connected; the socket's flags are left as they were. */
 WEFT_EXTERN int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns);

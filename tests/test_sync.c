@@ -559,14 +559,18 @@ static void test_cond_deadline(void) {
   CU_ASSERT_EQUAL((intptr_t)join_any(&r), 0);
 }
 
-/* Many waiters with short deadlines race signals: no signal is lost on a waiter that is leaving. */
+/*
+ * Many waiters with deadlines of 1 to 3 ms race a stream of signals: every
+ * token is taken, the timed-out waiters leave the cond consistent (no
+ * waiter counted that is not on the list), and the mutex is always held
+ * again after a wait, timed out or not.
+ */
 typedef struct cond_race {
   weft_mutex_t m;
   weft_cond_t c;
   int tokens; /* under m: signalled work not yet taken */
   int taken;  /* under m */
   int total;
-  atomic_int timeouts;
 } cond_race;
 
 static int cond_race_fn(void *ctx, size_t i) {
@@ -580,9 +584,7 @@ static int cond_race_fn(void *ctx, size_t i) {
       break;
     } else {
       int rc = weft_cond_wait(&cr->c, &cr->m, in_ms((int64_t)(1 + i % 3)));
-      if (rc == -ETIMEDOUT)
-        atomic_fetch_add(&cr->timeouts, 1);
-      else if (rc != 0) {
+      if (rc != 0 && rc != -ETIMEDOUT) {
         weft_mutex_unlock(&cr->m);
         return 1;
       }

@@ -67,8 +67,10 @@ int weft_configure(const weft_config *cfg) {
     return -EINVAL;
   if (cfg->stack_size && (cfg->stack_size < MIN_STACK_SIZE || cfg->stack_size > MAX_STACK_SIZE))
     return -EINVAL;
-  if (cfg->carriers && cfg->max_carriers && cfg->carriers > cfg->max_carriers) return -EINVAL;
   if (cfg->carriers > 65536 || cfg->max_carriers > 65536) return -EINVAL;
+  /* More carriers than the bound that will apply (the given one, else the environment's or 256). */
+  unsigned max = cfg->max_carriers ? cfg->max_carriers : env_unsigned("WEFT_MAX_CARRIERS", 256);
+  if (cfg->carriers > max) return -EINVAL;
   pthread_mutex_lock(&cfg_mu);
   int rc = 0;
   if (weft__fibers_running())

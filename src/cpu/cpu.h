@@ -50,21 +50,20 @@ void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, siz
  * are left) and the first in *lo.
  */
 static inline size_t weft__range_claim(weft__range *r, size_t *lo) {
-  if (r->grain) {
-    /* Relaxed: the index is the only data; the elements' own writes are
-       ordered by whatever the caller waits on at the end. */
-    size_t i = atomic_fetch_add_explicit(&r->next, r->grain, memory_order_relaxed);
-    if (i >= r->n) return 0;
-    *lo = i;
-    return r->n - i < r->grain ? r->n - i : r->grain;
-  }
+  /*
+   * A CAS loop rather than fetch_add: the counter never passes n, so it
+   * cannot wrap around SIZE_MAX whatever n and the grain are. Relaxed: the
+   * index is the only data; the elements' own writes are ordered by whatever
+   * the caller waits on at the end.
+   */
   size_t cur = weft__load_relaxed(&r->next);
   for (;;) {
     if (cur >= r->n) return 0;
     size_t left = r->n - cur;
-    /* Guided: a share of what is left, so that the tail is fine-grained. */
-    size_t c = left / (2 * r->workers);
+    /* Fixed grain, or guided: a share of what is left, so that the tail is fine-grained. */
+    size_t c = r->grain ? r->grain : left / (2 * r->workers);
     if (c == 0) c = 1;
+    if (c > left) c = left;
     if (atomic_compare_exchange_weak_explicit(&r->next, &cur, cur + c, memory_order_relaxed,
                                               memory_order_relaxed)) {
       *lo = cur;

@@ -43,7 +43,9 @@ typedef struct weft__fiber {
   uint64_t id;                 /* for messages: stack overflow, pinning trace */
   const void *spawn_site;      /* return address in the code that started it (pinning trace) */
   int64_t timer_deadline;      /* armed timer, or 0 */
-  size_t timer_slot;           /* index in home's timer heap while armed */
+  size_t timer_slot;           /* index in home's timer heap while armed; SIZE_MAX: in the overflow list */
+  struct weft__fiber *tnext;   /* overflow list links (a timer the heap had no memory for) */
+  struct weft__fiber *tprev;
   weft__waiter *timer_waiter;  /* resolved TIMEDOUT when the timer fires */
   int64_t run_since;           /* when the current slice began (pinning monitor), 0 when parked */
   uint32_t flags;              /* WEFT__FIBER_* */

@@ -115,6 +115,7 @@
 
 #include "../api/settings.h"
 #include "../io/poller.h"
+#include "../cpu/cpu.h"
 #include "../io/uring.h"
 #include "../local/local.h"
 #include "../sys.h"
@@ -329,49 +330,83 @@ static void heap_remove(weft__carrier *c, size_t i) {
     heap_down(c, i);
 }
 
+/*
+ * A timer for which the heap cannot grow (no memory) goes on an unsorted
+ * list that run_timers scans: slower, but the wait still ends at its
+ * deadline and not before. The list is empty but in that rare case.
+ */
+static void overflow_push(weft__carrier *c, weft__fiber *f) {
+  f->timer_slot = SIZE_MAX;
+  f->tprev = NULL;
+  f->tnext = c->toverflow;
+  if (c->toverflow) c->toverflow->tprev = f;
+  c->toverflow = f;
+}
+
+static void overflow_remove(weft__carrier *c, weft__fiber *f) {
+  if (f->tprev)
+    f->tprev->tnext = f->tnext;
+  else
+    c->toverflow = f->tnext;
+  if (f->tnext) f->tnext->tprev = f->tprev;
+  f->tnext = f->tprev = NULL;
+}
+
 void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
   weft__carrier *c = self->home;
+  self->timer_deadline = deadline_ns > 0 ? deadline_ns : 1;
+  self->timer_waiter = w;
   if (c->heap_len == c->heap_cap) {
     size_t cap = c->heap_cap ? c->heap_cap * 2 : 256;
     weft__fiber **h = weft__realloc(c->heap, cap * sizeof *h);
     if (!h) {
-      /*
-       * No memory for the timer: the wait ends at once as if the deadline
-       * had passed. Callers loop on -ETIMEDOUT only when the time has
-       * really come, so a sleep retries; it never hangs forever.
-       */
-      weft__waiter_resolve(w, WEFT__W_TIMEDOUT);
+      overflow_push(c, self);
       return;
     }
     c->heap = h;
     c->heap_cap = cap;
   }
-  self->timer_deadline = deadline_ns > 0 ? deadline_ns : 1;
-  self->timer_waiter = w;
   c->heap[c->heap_len++] = self;
   heap_up(c, c->heap_len - 1);
 }
 
 void weft__fiber_timer_disarm(weft__fiber *self) {
   if (!self->timer_deadline) return;
-  heap_remove(self->home, self->timer_slot);
+  if (self->timer_slot == SIZE_MAX)
+    overflow_remove(self->home, self);
+  else
+    heap_remove(self->home, self->timer_slot);
   self->timer_deadline = 0;
   self->timer_waiter = NULL;
 }
 
+static void fire(weft__fiber *f) {
+  weft__waiter *w = f->timer_waiter;
+  f->timer_deadline = 0;
+  f->timer_waiter = NULL;
+  weft__waiter_resolve(w, WEFT__W_TIMEDOUT);
+}
+
 /* Fire the due timers; returns the next deadline, or -1 when none is armed. */
 static int64_t run_timers(weft__carrier *c) {
-  if (c->heap_len == 0) return -1;
+  if (c->heap_len == 0 && !c->toverflow) return -1;
   int64_t now = weft_now_ns();
   while (c->heap_len > 0 && c->heap[0]->timer_deadline <= now) {
     weft__fiber *f = c->heap[0];
     heap_remove(c, 0);
-    weft__waiter *w = f->timer_waiter;
-    f->timer_deadline = 0;
-    f->timer_waiter = NULL;
-    weft__waiter_resolve(w, WEFT__W_TIMEDOUT);
+    fire(f);
   }
-  return c->heap_len ? c->heap[0]->timer_deadline : -1;
+  int64_t next = c->heap_len ? c->heap[0]->timer_deadline : -1;
+  for (weft__fiber *f = c->toverflow, *n; f; f = n) {
+    n = f->tnext;
+    if (f->timer_deadline <= now) {
+      overflow_remove(c, f);
+      fire(f);
+    } else if (next < 0 || f->timer_deadline < next) {
+      next = f->timer_deadline;
+    }
+  }
+  return next;
 }
 
 /* --- switching --------------------------------------------------------------------- */
@@ -452,8 +487,13 @@ void weft__fiber_ready(weft__fiber *f) {
   weft__lock_acquire(&home->inbox_lock);
   fq_push(&home->inbox, f);
   atomic_store_explicit(&home->inbox_len, home->inbox.len, memory_order_relaxed);
-  weft__lock_release(&home->inbox_lock);
+  /*
+   * Wake the carrier before letting go of the lock: once it is released the
+   * carrier may run f, f may end, and weft_shutdown may free the carrier and
+   * close its eventfd, which a late wake would then write to.
+   */
   weft__poller_wake(&home->poller);
+  weft__lock_release(&home->inbox_lock);
 }
 
 /* Give f a stack and a context; false (after nostack) when there is no stack to be had. */
@@ -629,7 +669,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      * back, or the burst is over.
      */
     int64_t wake_at = next_timer;
-    if (c->extra && c->homed == 0 && c->heap_len == 0 && !weft__poller_busy(&c->poller)) {
+    if (c->extra && c->homed == 0 && c->heap_len == 0 && !c->toverflow && !weft__poller_busy(&c->poller)) {
       int64_t t = weft_now_ns();
       if (!c->idle_since) c->idle_since = t;
       if (t - c->idle_since >= RETIRE_NS) return NULL;
@@ -687,6 +727,13 @@ static void *carrier_main(void *arg) {
   tls_carrier = c;
   native_stack_bounds(c);
   c->tsan_self = WEFT__TSAN_CURRENT();
+  /*
+   * Ask the OpenMP runtime once from the carrier's own context, before any
+   * fiber runs: LLVM's libomp registers a thread on its first call, and a
+   * registration made on a fiber stack confuses the ThreadSanitizer support
+   * (archer) when the thread exits.
+   */
+  (void)weft__cpu_in_region();
   weft__stack_thread_init(); /* without it an overflow still ends the process, just with no message */
   sched_loop(c);
   weft__stack_thread_fini();
@@ -843,12 +890,19 @@ int weft__fibers_start(void) {
     atomic_store(&rt.state, RT_STOPPED);
     goto fail;
   }
-  /* Without its monitor the runtime still works; it just cannot compensate for pinned carriers. */
-  if (weft__monitor_start() < 0 && !rt.warned_fewer) weft__warn("the pinning monitor could not start");
-  if (started < s.carriers && !rt.warned_fewer) {
+  /*
+   * Without its monitor the runtime still works; it just cannot compensate
+   * for pinned carriers. One warning line at most, once, for both shortfalls.
+   */
+  int mrc = weft__monitor_start();
+  if ((started < s.carriers || mrc < 0) && !rt.warned_fewer) {
     rt.warned_fewer = true;
-    weft__warn("started %u of %u carrier threads (%s); fibers run on fewer", started, s.carriers,
-               weft_strerror(rc));
+    if (started < s.carriers)
+      weft__warn("started %u of %u carrier threads (%s); fibers run on fewer%s", started, s.carriers,
+                 weft_strerror(rc), mrc < 0 ? ", without the pinning monitor" : "");
+    else
+      weft__warn("the pinning monitor could not start (%s); pinned carriers are not compensated",
+                 weft_strerror(mrc));
   }
   rc = 0;
   goto out;

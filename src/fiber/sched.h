@@ -32,6 +32,7 @@ typedef struct weft__carrier {
   weft__fq yielded;          /* fibers that yielded: they run after everything else runnable */
   weft__fiber **heap;        /* timer min-heap by timer_deadline */
   size_t heap_len, heap_cap;
+  weft__fiber *toverflow;    /* timers armed when the heap could not grow: an unsorted list */
   int after;                 /* WEFT__AFTER_* of the fiber that just switched back */
   uint64_t tick;             /* scheduling rounds, for fairness */
   uint64_t rand;             /* steal-victim choice */

@@ -219,7 +219,14 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadl
      * connections waiting is ready at once: one poll(2) tells, no park.
      */
     int w = wait_thread(fd, POLLIN, 0);
-    if (w == -ETIMEDOUT && deadline_ns != 0) w = wait_ready(fd, POLLIN, deadline_ns);
+    if (w == -ETIMEDOUT && deadline_ns != 0) {
+      /* Before waiting: a socket that does not listen would never be ready. */
+      int listening = 0;
+      socklen_t sl = sizeof listening;
+      if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) != 0) return -errno;
+      if (!listening) return -EINVAL;
+      w = wait_ready(fd, POLLIN, deadline_ns);
+    }
     if (w < 0) return w;
     int c;
     do

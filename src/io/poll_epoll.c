@@ -127,6 +127,7 @@ static int arm(weft__poller *p, int fd, weft__fdwait *s) {
 }
 
 int weft__poller_wait_fd(weft__poller *p, int fd, short events, int64_t deadline_ns) {
+again:;
   weft__fdwait *s = slot(p, fd);
   if (!s) return -ENOMEM;
   bool want_rd = events & POLLIN, want_wr = events & POLLOUT;
@@ -153,6 +154,8 @@ int weft__poller_wait_fd(weft__poller *p, int fd, short events, int64_t deadline
   s = &p->fds[fd]; /* the table may have grown (and moved) while we waited */
   if (want_rd && s->rd == &w) s->rd = NULL;
   if (want_wr && s->wr == &w) s->wr = NULL;
+  /* Woken with nothing to report: the descriptor could not be re-armed for us (see on_fd_event). */
+  if (st == WEFT__W_WOKEN && w.aux == 0) goto again;
   if (st == WEFT__W_WOKEN) return (int)w.aux;
   return weft__waiter_errno(st);
 }
@@ -180,8 +183,24 @@ static int on_fd_event(weft__poller *p, int fd, uint32_t ev) {
   } else if (w == r && r && rd_ready) {
     s->wr = NULL; /* one waiter for both directions: already woken */
   }
-  /* The shot is spent: arm again for a direction that still waits. */
-  if (s->rd || s->wr) arm(p, fd, s);
+  /*
+   * The shot is spent: arm again for a direction that still waits. If that
+   * fails, the waiter would never hear of the descriptor again: wake it with
+   * nothing to report, and it arms for itself (and gets the error if that
+   * fails too).
+   */
+  if ((s->rd || s->wr) && arm(p, fd, s) < 0) {
+    weft__waiter *r2 = s->rd, *w2 = s->wr;
+    s->rd = s->wr = NULL;
+    if (r2) {
+      r2->aux = 0;
+      woken += weft__waiter_wake(r2);
+    }
+    if (w2 && w2 != r2) {
+      w2->aux = 0;
+      woken += weft__waiter_wake(w2);
+    }
+  }
   return woken;
 }
 

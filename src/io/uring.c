@@ -36,6 +36,13 @@
 #include "../fiber/sched.h"
 #include "../sys.h"
 
+#ifdef WEFT_HAVE_VALGRIND_H
+#include <valgrind/memcheck.h>
+#define MAKE_DEFINED(p, n) VALGRIND_MAKE_MEM_DEFINED((p), (n))
+#else
+#define MAKE_DEFINED(p, n) ((void)(p), (void)(n))
+#endif
+
 #define SQ_ENTRIES 256
 #define CQ_ENTRIES 4096
 /* Queued requests that make the carrier submit even while it has fibers to run. */
@@ -164,6 +171,8 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
     op.reaping = true;
     while (!op.done) weft__fiber_park();
   }
+  /* The kernel wrote the buffer behind Valgrind's back. */
+  if (!q->write && op.res > 0) MAKE_DEFINED(q->buf, (size_t)op.res);
   if (op.res >= 0) return op.res; /* done before the cancellation took: the result stands */
   if (op.res == -ECANCELED) {
     if (st == WEFT__W_CANCELED) return -ECANCELED;

@@ -100,7 +100,15 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
      * on its way to the carrier's queue and must be consumed.
      */
     if (deadline_ns == 0) {
-      if (weft__waiter_resolve(w, WEFT__W_TIMEDOUT)) goto out; /* nobody else will ready us */
+      /*
+       * Try once: end the wait ourselves. A CAS, not weft__waiter_resolve,
+       * which would ready this very fiber and leave that ready behind for its
+       * next park. If someone else won, their ready is coming: consume it.
+       */
+      uint32_t expect = WEFT__W_WAITING;
+      if (atomic_compare_exchange_strong_explicit(&w->state, &expect, WEFT__W_TIMEDOUT, memory_order_acq_rel,
+                                                  memory_order_acquire))
+        goto out;
       weft__fiber_park();
     } else {
       if (deadline_ns > 0) weft__fiber_timer_arm(w->fiber, deadline_ns, w);

@@ -39,6 +39,17 @@
 #define REL_SANITIZED 0
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define REL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REL_ASAN 1
+#endif
+#endif
+#ifndef REL_ASAN
+#define REL_ASAN 0
+#endif
+
 #if defined(__SANITIZE_THREAD__)
 #define REL_TSAN 1
 #elif defined(__has_feature)
@@ -52,7 +63,7 @@
 
 #define REL_MS 1000000LL
 
-/* --- a seeded generator (splitmix64): the same seed gives the same choices ------------------ */
+/* --- a seeded generator (splitmix64): the same seed gives the same choices ------------------------- */
 
 typedef struct rel_rng {
   uint64_t s;
@@ -77,7 +88,7 @@ static inline rel_rng rel_derive(uint64_t seed, uint64_t a, uint64_t b, uint64_t
   return r;
 }
 
-/* --- what weft leaves behind ------------------------------------------------------------------ */
+/* --- what weft leaves behind ----------------------------------------------------------------------- */
 
 /*
  * weft's threads still running: weft counts the threads it starts (names
@@ -121,7 +132,7 @@ static inline int rel_check_clean(int baseline_fds, char *why, size_t cap) {
   return -1;
 }
 
-/* --- children with a time limit ----------------------------------------------------------------- */
+/* --- children with a time limit -------------------------------------------------------------------- */
 
 /*
  * False under qemu-user (WEFT_QEMU, the aarch64 job): qemu 7 aborts in a

@@ -66,7 +66,7 @@
 #define US 1000LL
 #define MS 1000000LL
 
-/* --- run settings ------------------------------------------------------------------------------------- */
+/* --- run settings ---------------------------------------------------------------------------------- */
 
 static uint64_t g_seed;
 static double g_seconds = 20;
@@ -91,7 +91,7 @@ static bool skipped(const char *name);
 /* A deadline for a wait on another agent or element: none with fibers (see the top of the file). */
 static int64_t dep_deadline(int64_t ms) { return g_fibers ? -1 : weft_now_ns() + ms * MS; }
 
-/* --- agents and failures ------------------------------------------------------------------------------- */
+/* --- agents and failures --------------------------------------------------------------------------- */
 
 typedef enum { AG_MAIN, AG_THREAD, AG_FIBER, AG_CPU, AG_OMP } ag_kind;
 static const char *const ag_kind_names[] = {"main thread", "thread", "fiber", "CPU future", "OpenMP thread"};
@@ -146,8 +146,7 @@ static bool scope_is(void *want) {
 static atomic_uintptr_t g_scope_seq;
 static void *new_scope_value(void) { return (void *)(atomic_fetch_add(&g_scope_seq, 1) * 16 + 0x1008); }
 
-/* --- shared state of a round -----------------------------------------------------------------------------
- */
+/* --- shared state of a round ----------------------------------------------------------------------- */
 
 static weft_mutex_t g_mu;
 static long g_mu_count;        /* guarded by g_mu (no atomics: a race shows as a wrong count) */
@@ -157,8 +156,7 @@ static weft_sem_t g_sem;       /* SEM_UNITS units */
 static atomic_int g_sem_inside;
 #define SEM_UNITS 3
 
-/* --- futures whose fate is checked after the round (when all work has ended) -----------------------------
- */
+/* --- futures whose fate is checked after the round (when all work has ended) ----------------------- */
 
 typedef struct fut_rec {
   atomic_int ran;     /* fn's runs */
@@ -194,8 +192,7 @@ static fut_rec *rec_new(agent *a, const char *what) {
   return r;
 }
 
-/* --- operations -------------------------------------------------------------------------------------------
- */
+/* --- operations ------------------------------------------------------------------------------------ */
 
 typedef void (*op_fn)(agent *a);
 
@@ -1022,8 +1019,7 @@ static void op_shared(agent *a) {
   }
 }
 
-/* Offload: the call sees the caller's scope; its result comes back
- * ------------------------------------------------ */
+/* Offload: the call sees the caller's scope; its result comes back ---------------------------------- */
 
 static void op_offload(agent *a) {
   map_ctx m;
@@ -1037,8 +1033,7 @@ static void op_offload(agent *a) {
   if (atomic_load(&m.bad_scope)) fail(a, "an offloaded call saw the wrong scoped value");
 }
 
-/* Scoped values: a nested operation under a new binding, which must not leak out
- * ---------------------------------- */
+/* Scoped values: a nested operation under a new binding, which must not leak out -------------------- */
 
 static const op_fn *g_ops;
 static size_t g_nops_enabled;
@@ -1071,8 +1066,7 @@ static void op_scope(agent *a) {
   if (!scope_is(outer)) fail(a, "a scoped binding leaked out of weft_scope_run");
 }
 
-/* The operation table
- * ---------------------------------------------------------------------------------------------- */
+/* The operation table ------------------------------------------------------------------------------- */
 
 typedef struct op_def {
   const char *name;
@@ -1136,38 +1130,102 @@ static void agent_run(agent *a) {
   a->done = true;
 }
 
-static void *agent_thread(void *p) {
-  agent_run(p);
+/*
+ * The program's own threads live for the whole run and take an agent (or,
+ * for the region host, the two agents of a parallel region) each round,
+ * as the threads of an HPC code do. Threads that are masters of OpenMP
+ * regions with tasks and then exit corrupt LLVM libomp's task allocator
+ * (libomp 14: "Assertion failure at kmp_alloc.cpp"; reproduced without
+ * weft), so a round must not start and end threads of its own.
+ */
+typedef struct prog_thread {
+  pthread_t t;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  unsigned gen, done_gen; /* a round is given by gen++, finished when done_gen == gen */
+  bool region;            /* runs a parallel region of two agents */
+  agent *a[2];            /* this round's agents; a[0] NULL: idle this round */
+  bool quit;
+} prog_thread;
+
+static void run_assignment(prog_thread *pt);
+
+static void *prog_thread_main(void *p) {
+  prog_thread *pt = p;
+  pthread_mutex_lock(&pt->mu);
+  for (;;) {
+    while (pt->gen == pt->done_gen && !pt->quit) pthread_cond_wait(&pt->cv, &pt->mu);
+    if (pt->quit) break;
+    pthread_mutex_unlock(&pt->mu);
+    if (pt->a[0]) run_assignment(pt);
+    pthread_mutex_lock(&pt->mu);
+    pt->done_gen = pt->gen;
+    pthread_cond_broadcast(&pt->cv);
+  }
+  pthread_mutex_unlock(&pt->mu);
   return NULL;
 }
+
+static void prog_thread_start(prog_thread *pt, bool region) {
+  memset(pt, 0, sizeof *pt);
+  pt->region = region;
+  pthread_mutex_init(&pt->mu, NULL);
+  pthread_cond_init(&pt->cv, NULL);
+  pthread_create(&pt->t, NULL, prog_thread_main, pt);
+}
+
+static void prog_thread_give(prog_thread *pt, agent *a0, agent *a1) {
+  pthread_mutex_lock(&pt->mu);
+  pt->a[0] = a0;
+  pt->a[1] = a1;
+  pt->gen++;
+  pthread_cond_broadcast(&pt->cv);
+  pthread_mutex_unlock(&pt->mu);
+}
+
+static void prog_thread_wait(prog_thread *pt) {
+  pthread_mutex_lock(&pt->mu);
+  while (pt->done_gen != pt->gen) pthread_cond_wait(&pt->cv, &pt->mu);
+  pthread_mutex_unlock(&pt->mu);
+}
+
+static void prog_thread_stop(prog_thread *pt) {
+  pthread_mutex_lock(&pt->mu);
+  pt->quit = true;
+  pthread_cond_broadcast(&pt->cv);
+  pthread_mutex_unlock(&pt->mu);
+  pthread_join(pt->t, NULL);
+  pthread_mutex_destroy(&pt->mu);
+  pthread_cond_destroy(&pt->cv);
+}
+
+#define NPROG 3 /* two plain threads and the host of a parallel region */
+static prog_thread g_prog[NPROG];
 
 static void *agent_future(void *p) {
   agent_run(p);
   return p;
 }
 
+static void run_assignment(prog_thread *pt) {
+  if (!pt->region) {
+    agent_run(pt->a[0]);
+    return;
+  }
 #ifdef WEFT_HAVE_OPENMP
-/* A parallel region of the program's own: each of its threads is an agent. */
-typedef struct omp_agents {
-  agent *a[2];
-} omp_agents;
-
-static void *omp_region(void *p) {
-  omp_agents *o = p;
+  /* A parallel region of the program's own: each of its threads is an agent. */
 #pragma omp parallel num_threads(2)
   {
     int t = omp_get_thread_num();
-    if (t < 2) agent_run(o->a[t]);
+    if (t < 2) agent_run(pt->a[t]);
   }
-  /* A thread the runtime did not give: its agent runs here, after. */
-  for (int t = 0; t < 2; t++)
-    if (!o->a[t]->done) agent_run(o->a[t]);
-  return NULL;
-}
 #endif
+  /* A thread the runtime did not give (or no OpenMP): its agent runs here, after. */
+  for (int t = 0; t < 2; t++)
+    if (!pt->a[t]->done) agent_run(pt->a[t]);
+}
 
-/* --- the watchdog
- * ----------------------------------------------------------------------------------------------------- */
+/* --- the watchdog ---------------------------------------------------------------------------------- */
 
 static atomic_bool wd_stop;
 static pthread_mutex_t wd_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -1221,9 +1279,7 @@ static void *watchdog_main(void *p) {
   return NULL;
 }
 
-/* --- a round
- * ---------------------------------------------------------------------------------------------------------
- */
+/* --- a round --------------------------------------------------------------------------------------- */
 
 static agent *agent_new(ag_kind kind, rel_rng *round_rng, unsigned round, unsigned max_ops) {
   int i = atomic_load(&g_nagents);
@@ -1271,27 +1327,25 @@ static bool run_round(unsigned round) {
   agent *main_agent = agent_new(AG_MAIN, &rr, round, max_ops);
   unsigned nthreads = (unsigned)rel_below(&rr, 3), nfibers = 1 + (unsigned)rel_below(&rr, 3);
   unsigned ncpu = (unsigned)rel_below(&rr, 2);
+  bool omp = false;
 #ifdef WEFT_HAVE_OPENMP
-  bool omp = rel_below(&rr, 2);
+  omp = rel_below(&rr, 2);
 #endif
-  pthread_t th[4];
-  agent *thr_agents[4];
+  agent *thr_agents[2] = {NULL, NULL};
   for (unsigned i = 0; i < nthreads; i++) thr_agents[i] = agent_new(AG_THREAD, &rr, round, max_ops);
   weft_future *fut[8];
   agent *fut_agents[8];
   unsigned nfut = 0;
   for (unsigned i = 0; i < nfibers; i++) fut_agents[nfut++] = agent_new(AG_FIBER, &rr, round, max_ops);
   for (unsigned i = 0; i < ncpu; i++) fut_agents[nfut++] = agent_new(AG_CPU, &rr, round, max_ops);
-#ifdef WEFT_HAVE_OPENMP
-  omp_agents oa;
-  pthread_t omp_th;
+  agent *omp_agents[2] = {NULL, NULL};
   if (omp) {
-    oa.a[0] = agent_new(AG_OMP, &rr, round, max_ops);
-    oa.a[1] = agent_new(AG_OMP, &rr, round, max_ops);
+    omp_agents[0] = agent_new(AG_OMP, &rr, round, max_ops);
+    omp_agents[1] = agent_new(AG_OMP, &rr, round, max_ops);
   }
-#endif
   /* Everyone starts. */
-  for (unsigned i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, agent_thread, thr_agents[i]);
+  for (unsigned i = 0; i < 2; i++) prog_thread_give(&g_prog[i], thr_agents[i], NULL);
+  prog_thread_give(&g_prog[2], omp_agents[0], omp_agents[1]);
   for (unsigned i = 0; i < nfut; i++) {
     weft_kind k = fut_agents[i]->kind == AG_CPU ? WEFT_CPU : WEFT_BLOCKING;
     if (weft_future_start(k, agent_future, fut_agents[i], &fut[i]) != 0) {
@@ -1299,12 +1353,9 @@ static bool run_round(unsigned round) {
       fut[i] = NULL;
     }
   }
-#ifdef WEFT_HAVE_OPENMP
-  if (omp) pthread_create(&omp_th, NULL, omp_region, &oa);
-#endif
   agent_run(main_agent);
   /* Everyone ends. */
-  for (unsigned i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+  for (unsigned i = 0; i < NPROG; i++) prog_thread_wait(&g_prog[i]);
   for (unsigned i = 0; i < nfut; i++) {
     if (!fut[i]) continue;
     void *r = NULL;
@@ -1312,9 +1363,6 @@ static bool run_round(unsigned round) {
     if (rc != 0 || r != fut_agents[i]) fail(fut_agents[i], "the agent's future returned %d", rc);
     weft_future_free(fut[i]);
   }
-#ifdef WEFT_HAVE_OPENMP
-  if (omp) pthread_join(omp_th, NULL);
-#endif
   /* The shared primitives' accounts. */
   unsigned long locks = 0;
   long sent = 0, recvd = 0;
@@ -1359,9 +1407,7 @@ static bool run_round(unsigned round) {
   return atomic_load(&g_failures) == failures_before;
 }
 
-/* --- the test
- * ----------------------------------------------------------------------------------------------------------
- */
+/* --- the test -------------------------------------------------------------------------------------- */
 
 static uint64_t fresh_seed(void) {
   uint64_t s = 0;
@@ -1400,6 +1446,7 @@ static void test_random_workload(void) {
   atomic_store(&wd_stop, false);
   pthread_t wd;
   pthread_create(&wd, NULL, watchdog_main, NULL);
+  for (int i = 0; i < NPROG; i++) prog_thread_start(&g_prog[i], i == NPROG - 1);
 
   int64_t t0 = weft_now_ns(), end = t0 + (int64_t)(g_seconds * 1e9);
   unsigned rounds = 0, failed_round = 0;
@@ -1419,6 +1466,7 @@ static void test_random_workload(void) {
       next_report += 5000 * MS;
     }
   }
+  for (int i = 0; i < NPROG; i++) prog_thread_stop(&g_prog[i]);
   atomic_store(&wd_stop, true);
   pthread_mutex_lock(&wd_mu);
   pthread_cond_signal(&wd_cv);
