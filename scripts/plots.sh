@@ -17,7 +17,7 @@
 #
 # Plots whose data the folder lacks are left out, except the sleep plots:
 # when RESULTS_DIR has no weft-bench sleep results, this script measures
-# them itself (scripts/bench-sleep.sh: modest sleeps, about a minute on 2
+# them itself (scripts/bench-sleep.sh: modest sleeps, about two minutes on 2
 # cores), says so, and keeps them in RESULTS_DIR for next time.
 # It finds weft-bench in $BUILD_DIR (default build/release) or as $WEFT_BENCH.
 #
@@ -39,7 +39,7 @@ if [ ! -s "$results/weft-bench-sleep.jsonl" ]; then
   wb=${WEFT_BENCH:-${BUILD_DIR:-build/release}/benchmarks/weft-bench/weft-bench}
   if [ -x "$wb" ]; then
     echo "plots.sh: $results has no weft-bench sleep results: measuring them now with $wb" >&2
-    echo "plots.sh: (scripts/bench-sleep.sh: 200 ms sleeps, 10 ms on the fallback; about a minute)" >&2
+    echo "plots.sh: (scripts/bench-sleep.sh: 200 ms sleeps, 10 ms on the fallback; about two minutes)" >&2
     "$here/bench-sleep.sh" "$wb" "$results" 3 "$results/weft-bench-sleep.log" ||
       echo "plots.sh: some sleep measurements failed (see $results/weft-bench-sleep.log)" >&2
   else
@@ -121,15 +121,16 @@ fi
 
 if have pmap-n-Seq.dat; then
   plot=()
-  have pmap-n-OmpFor.dat && plot+=("'$data/pmap-n-OmpFor.dat' using 1:2 with linespoints lw 2 pt 5 lc rgb '#d62728' title 'omp parallel for (static)'")
-  have pmap-n-OmpTaskloop.dat && plot+=("'$data/pmap-n-OmpTaskloop.dat' using 1:2 with linespoints lw 2 pt 9 lc rgb '#9467bd' title 'omp taskloop'")
-  have pmap-n-Tbb.dat && plot+=("'$data/pmap-n-Tbb.dat' using 1:2 with linespoints lw 2 pt 13 lc rgb '#2ca02c' title 'tbb::parallel_for'")
-  have pmap-n-WeftPmap.dat && plot+=("'$data/pmap-n-WeftPmap.dat' using 1:2 with linespoints lw 3 pt 7 lc rgb '#1f77b4' title 'weft_pmap (automatic grain)'")
+  # Each series a little apart on the log axis, so that the error bars do not overlap.
+  have pmap-n-OmpFor.dat && plot+=("'$data/pmap-n-OmpFor.dat' using (\$1*0.85):2:3:4 with yerrorlines lw 2 pt 5 lc rgb '#d62728' title 'omp parallel for (static)'")
+  have pmap-n-OmpTaskloop.dat && plot+=("'$data/pmap-n-OmpTaskloop.dat' using (\$1*0.93):2:3:4 with yerrorlines lw 2 pt 9 lc rgb '#9467bd' title 'omp taskloop'")
+  have pmap-n-Tbb.dat && plot+=("'$data/pmap-n-Tbb.dat' using (\$1*1.07):2:3:4 with yerrorlines lw 2 pt 13 lc rgb '#2ca02c' title 'tbb::parallel_for'")
+  have pmap-n-WeftPmap.dat && plot+=("'$data/pmap-n-WeftPmap.dat' using (\$1*1.16):2:3:4 with yerrorlines lw 3 pt 7 lc rgb '#1f77b4' title 'weft_pmap (automatic grain)'")
   plot+=("1 with lines dt 2 lw 1.5 lc rgb '#555555' title 'sequential loop (= 1)'")
   gnuplot <<EOF
 $common
 set output '$plots/pmap-speedup.png'
-set title "CPU parallel map of the GPars math kernel: throughput over the sequential loop (median of the repetitions)"
+set title "CPU parallel map of the GPars math kernel: throughput over the sequential loop\n(median of the repetitions; bars: slowest to fastest repetition)"
 set logscale x
 set logscale y
 set xlabel "elements per call n (log scale)"
@@ -137,6 +138,7 @@ set ylabel "speed-up over sequential (items/s ratio, log scale)"
 set xtics ("100" 100, "1 000" 1000, "10 000" 10000, "100 000" 100000, "1 000 000" 1000000)
 set format y "%g"
 set xrange [50:2000000]
+set yrange [0.001:10]
 set key bottom right
 plot $(IFS=,; echo "${plot[*]}")
 EOF

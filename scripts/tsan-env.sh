@@ -16,5 +16,9 @@ if [ -f "$archer" ]; then
 else
   echo "tsan-env.sh: no libarcher.so in $libdir; OpenMP synchronisation will be invisible to TSan" >&2
 fi
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 suppressions=$here/tsan.supp ${TSAN_OPTIONS:-}"
+# die_after_fork=0: the suites fork children that start threads (death tests, fork tests);
+# TSan supports that only in this mode.
+# report_thread_leaks=0: the OpenMP runtime keeps its worker threads for the process's life
+# and never joins them; weft's own threads are checked by every suite (weft__threads_alive).
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 die_after_fork=0 report_thread_leaks=0 suppressions=$here/tsan.supp ${TSAN_OPTIONS:-}"
 exec "$@"

@@ -89,6 +89,7 @@ unsigned weft_test_cpus(void) {
 }
 
 bool weft_test_slow_env(void) {
+  if (WEFT_TEST_TSAN) return true;
 #ifdef WEFT_HAVE_VALGRIND_H
   if (RUNNING_ON_VALGRIND) return true;
 #endif

@@ -46,7 +46,23 @@ unsigned weft_test_cpus(void);
  */
 int weft_test_child(void (*fn)(void *), void *arg, char *err, size_t cap);
 
-/* True when the run is under Valgrind or qemu-user, where timing is much slower. */
+/* Which sanitizer this suite was built with: GCC says so with a macro, clang with __has_feature. */
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define WEFT_TEST_TSAN 1
+#endif
+#endif
+#ifndef WEFT_TEST_TSAN
+#define WEFT_TEST_TSAN 0
+#endif
+
+/*
+ * True when the run is under Valgrind, qemu-user or ThreadSanitizer, where
+ * everything is much slower (and TSan keeps megabytes per fiber): suites
+ * scale their work down.
+ */
 bool weft_test_slow_env(void);
 
 /*

@@ -86,6 +86,16 @@ static void child_uses_weft(void *arg) {
 }
 
 static void test_fork_after_use(void) {
+  if (WEFT_TEST_TSAN) {
+    /* ThreadSanitizer does not support a child of a multithreaded process that starts threads. */
+    printf("\n    skipped under ThreadSanitizer");
+    return;
+  }
+  const char *q = getenv("WEFT_QEMU");
+  if (q && *q && strcmp(q, "0") != 0) {
+    printf("\n    skipped: qemu-user cannot fork a multithreaded guest");
+    return;
+  }
   burst(); /* the OpenMP pool, weft's team and the carriers all exist now */
   char err[512];
   int st = weft_test_child(child_uses_weft, NULL, err, sizeof err);

@@ -703,6 +703,11 @@ static void test_fork_busy(void) {
     printf("\n    skipped: AddressSanitizer's allocator is not fork-safe");
     return;
   }
+  if (REL_TSAN) {
+    /* ThreadSanitizer does not support a child of a multithreaded process that starts threads. */
+    printf("\n    skipped: ThreadSanitizer does not support threads in a child of a threaded process");
+    return;
+  }
   busy b;
   busy_start(&b);
   int forks = weft_test_slow_env() ? 2 : REL_SANITIZED ? 6 : 20;

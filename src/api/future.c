@@ -35,7 +35,8 @@ enum { F_PENDING, F_RUNNING, F_DONE, F_CANCELLED, F_FAILED };
 struct weft_future {
   _Atomic uint32_t state;     /* F_*: see the diagram above */
   atomic_uint refs;           /* the handle's and the runner's */
-  bool on_cpu;                /* runs on the CPU path (a CPU future, or a BLOCKING one that fell back) */
+  atomic_bool on_cpu;         /* runs on the CPU path (a CPU future, or a BLOCKING one that fell back);
+                                 a hint for getters that may help: relaxed */
   bool cancel_requested;      /* weft_future_cancel on a running future: guarded by lock */
   weft_task_fn fn;
   void *arg;
@@ -196,7 +197,7 @@ static void fiber_done(weft__fiber *fb) { release(fb->arg); }
 /* No stack for the fiber: run the future on the CPU path instead. */
 static void fiber_nostack(weft__fiber *fb) {
   weft_future *f = fb->arg;
-  f->on_cpu = true;
+  atomic_store_explicit(&f->on_cpu, true, memory_order_relaxed);
   f->job.run = job_run;
   if (weft__cpu_submit(&f->job) == 0) return;
   drop_pending(f, F_FAILED);
@@ -232,7 +233,7 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
     f->fiber.spawn_site = __builtin_return_address(0);
     rc = weft__fiber_spawn(&f->fiber);
   } else {
-    f->on_cpu = true;
+    atomic_init(&f->on_cpu, true);
     f->job.run = job_run;
     rc = weft__cpu_submit(&f->job);
   }
@@ -263,7 +264,8 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
   if (s >= F_DONE) return result_of(f, s, result);
 
   /* Help: a thread that would only wait runs a queued CPU future itself. */
-  if (deadline_ns == -1 && f->on_cpu && s == F_PENDING && !weft__parkable_self() && claim(f)) {
+  if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) && s == F_PENDING &&
+      !weft__parkable_self() && claim(f)) {
     run_on_thread(f);
     return result_of(f, F_DONE, result);
   }

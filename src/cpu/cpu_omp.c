@@ -40,10 +40,25 @@
 #include <time.h>
 
 #include "../api/settings.h"
+#include "../fiber/annotate.h"
 #include "../sys.h"
 
 /* How long the host keeps its team open without work. */
 #define LINGER_NS (50 * 1000000LL)
+
+/*
+ * ThreadSanitizer and the OpenMP runtime's task memory: a task's private
+ * copies (the firstprivate pointer) live in memory the runtime allocates, and
+ * it reuses a task's memory for a later task once the first has run,
+ * through its own allocator, which TSan cannot see. A later task's creator
+ * then writes where an earlier task's executor read, with no edge TSan
+ * knows of between them. Every task body releases this address when it is
+ * done with its copies, and every creator acquires it first: that is the
+ * edge the allocator provides. (Only in TSan builds; no cost otherwise.)
+ */
+static char task_memory_reuse;
+#define TASK_COPIES_DONE() WEFT__TSAN_RELEASE(&task_memory_reuse)
+#define TASK_CREATE() WEFT__TSAN_ACQUIRE(&task_memory_reuse)
 
 /* Present only when the runtime is LLVM's libomp. */
 extern void __kmpc_fork_call(void *loc, int argc, void *microtask, ...) __attribute__((weak));
@@ -87,6 +102,11 @@ unsigned weft__cpu_threads(void) {
 
 /* --- parallel maps ------------------------------------------------------ */
 
+static void range_task(weft__range *r) {
+  TASK_COPIES_DONE();
+  weft__range_drain(r);
+}
+
 /* Inside a region or task: tasks in the enclosing team, the caller claiming too. */
 static void run_in_team(weft__range *r) {
   size_t t = (size_t)omp_get_num_threads();
@@ -100,8 +120,9 @@ static void run_in_team(weft__range *r) {
 #pragma omp taskgroup
   {
     for (size_t k = 1; k < t; k++) {
+      TASK_CREATE();
 #pragma omp task firstprivate(r)
-      weft__range_drain(r);
+      range_task(r);
     }
     weft__range_drain(r);
   }
@@ -150,6 +171,7 @@ static weft__job *host_pop(void) {
 }
 
 static void host_task(weft__job *j) {
+  TASK_COPIES_DONE();
   j->run(j);
   atomic_fetch_sub_explicit(&host.active, 1, memory_order_release);
 }
@@ -183,6 +205,7 @@ static void dispatch(bool alone) {
         j->run(j); /* a team of one: no one else would run the task */
       } else {
         atomic_fetch_add_explicit(&host.active, 1, memory_order_relaxed);
+        TASK_CREATE();
 #pragma omp task firstprivate(j)
         host_task(j);
       }
@@ -239,6 +262,7 @@ static int host_submit(weft__job *j);
 static __thread weft__job *tls_submitting;
 
 static void region_task(weft__job *j) {
+  TASK_COPIES_DONE();
   if (tls_submitting == j) {
     /*
      * The runtime ran the task at once, inside weft__cpu_submit (task
@@ -257,6 +281,7 @@ int weft__cpu_submit(weft__job *j) {
     /* Inside a region or task: a task of the enclosing team, no new threads. */
     weft__job *saved = tls_submitting;
     tls_submitting = j;
+    TASK_CREATE();
 #pragma omp task firstprivate(j)
     region_task(j);
     tls_submitting = saved;

@@ -27,7 +27,8 @@
  *
  * Hand-over to a waiter: pop it and resolve it WOKEN first, and copy the
  * element (into a receiver's buffer, or out of a sender's) only once the
- * resolve has succeeded, still under the lock. A failed resolve is a waiter
+ * resolve has succeeded, still under the lock; the wake-up itself comes
+ * after the lock is let go (sync.h, "Waking after the lock"). A failed resolve is a waiter
  * leaving by deadline or cancellation (it will unlink itself, or find
  * itself already unlinked, under the lock): its buffer is left untouched,
  * and the element goes to the next waiter or the ring. So no element is
@@ -64,14 +65,27 @@ struct weft_chan {
 
 static inline unsigned char *slot(weft_chan_t *ch, size_t i) { return ch->ring + (i % ch->cap) * ch->esize; }
 
-/* Pop waiters until one resolve succeeds; that waiter is ours to complete (NULL: none was waiting). */
-static weft__waiter *claim(weft__waitlist *q, uintptr_t result) {
+/*
+ * Pop waiters until one claim succeeds; that waiter is ours to complete
+ * under the lock, and to wake (through k) once the lock is let go. NULL:
+ * none was waiting.
+ */
+static weft__waiter *claim(weft__waitlist *q, weft__sync_wakeup *k) {
   weft__waiter *w;
   while ((w = weft__waitlist_pop(q)) != NULL) {
-    w->aux = result;
-    if (weft__waiter_wake(w)) return w;
+    w->aux = DELIVERED;
+    if (weft__sync_claim(w, WEFT__W_WOKEN, k)) return w;
   }
   return NULL;
+}
+
+/* Close: resolve every waiter of q with CLOSED, under the lock (any number of them). */
+static void close_all(weft__waitlist *q) {
+  weft__waiter *w;
+  while ((w = weft__waitlist_pop(q)) != NULL) {
+    w->aux = CLOSED;
+    weft__waiter_wake(w); /* a failure is a waiter leaving on its own */
+  }
 }
 
 /* Wait as a queued sender or receiver; the caller has queued w and let the lock go. */
@@ -126,10 +140,12 @@ int weft_chan_send(weft_chan_t *ch, const void *elem, int64_t deadline_ns) {
     weft__lock_release(&ch->lock);
     return -EPIPE;
   }
-  weft__waiter *r = claim(&ch->recvq, DELIVERED);
+  weft__sync_wakeup k = WEFT__SYNC_NO_WAKEUP;
+  weft__waiter *r = claim(&ch->recvq, &k);
   if (r) {
     if (ch->esize) memcpy(r->data, elem, ch->esize);
     weft__lock_release(&ch->lock);
+    weft__sync_wake(&k);
     return 0;
   }
   if (ch->len < ch->cap) {
@@ -161,24 +177,27 @@ int weft_chan_recv(weft_chan_t *ch, void *elem, int64_t deadline_ns) {
   if (!ch || (!elem && ch->esize) || !weft__deadline_ok(deadline_ns)) return -EINVAL;
   if (weft__sync_cancelled()) return -ECANCELED;
 
+  weft__sync_wakeup k = WEFT__SYNC_NO_WAKEUP;
   weft__lock_acquire(&ch->lock);
   if (ch->len > 0) {
     if (ch->esize) memcpy(elem, slot(ch, ch->head), ch->esize);
     ch->head = (ch->head + 1) % ch->cap;
     ch->len--;
     /* Room now: the first waiting sender's element moves into the ring behind the others. */
-    weft__waiter *s = claim(&ch->sendq, DELIVERED);
+    weft__waiter *s = claim(&ch->sendq, &k);
     if (s) {
       if (ch->esize) memcpy(slot(ch, ch->head + ch->len), s->data, ch->esize);
       ch->len++;
     }
     weft__lock_release(&ch->lock);
+    weft__sync_wake(&k);
     return 0;
   }
-  weft__waiter *s = claim(&ch->sendq, DELIVERED); /* unbuffered: take it straight from a sender */
+  weft__waiter *s = claim(&ch->sendq, &k); /* unbuffered: take it straight from a sender */
   if (s) {
     if (ch->esize) memcpy(elem, s->data, ch->esize);
     weft__lock_release(&ch->lock);
+    weft__sync_wake(&k);
     return 0;
   }
   if (ch->closed) {
@@ -209,10 +228,8 @@ int weft_chan_close(weft_chan_t *ch) {
     return -EPIPE;
   }
   ch->closed = true;
-  while (claim(&ch->recvq, CLOSED) != NULL) {
-  }
-  while (claim(&ch->sendq, CLOSED) != NULL) {
-  }
+  close_all(&ch->recvq);
+  close_all(&ch->sendq);
   weft__lock_release(&ch->lock);
   return 0;
 }

@@ -98,36 +98,41 @@ int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline_ns) {
   return weft__waiter_errno(ws);
 }
 
-/* Wake one waiter (all when `all`); the caller holds lock_. */
-static void wake_locked(weft_cond_t *c, bool all) {
+/*
+ * Contexts: any; with or without the mutex held (see the protocol above).
+ * Never waits. The wake-up happens once lock_ is free (sync.h, "Waking
+ * after the lock").
+ */
+int weft_cond_signal(weft_cond_t *c) {
+  if (!c) return -EINVAL;
+  if (get_waiters(c) == 0) return 0;
+  weft__sync_wakeup k = WEFT__SYNC_NO_WAKEUP;
+  weft__wordlock_acquire(&c->lock_);
   weft__waitlist l = weft__sync_list_get(&c->head_, &c->tail_);
   uint32_t n = get_waiters(c);
   weft__waiter *w;
   while ((w = weft__waitlist_pop(&l)) != NULL) {
     n--;
-    /* A failed resolve is a waiter leaving by deadline or cancellation: try the next. */
-    if (weft__waiter_wake(w) && !all) break;
+    /* A failed claim is a waiter leaving by deadline or cancellation: the signal goes to the next. */
+    if (weft__sync_claim(w, WEFT__W_WOKEN, &k)) break;
   }
   weft__sync_list_put(&c->head_, &c->tail_, &l);
   set_waiters(c, n);
-}
-
-/* Contexts: any; with or without the mutex held (see the protocol above). Never waits. */
-int weft_cond_signal(weft_cond_t *c) {
-  if (!c) return -EINVAL;
-  if (get_waiters(c) == 0) return 0;
-  weft__wordlock_acquire(&c->lock_);
-  wake_locked(c, false);
   weft__wordlock_release(&c->lock_);
+  weft__sync_wake(&k);
   return 0;
 }
 
-/* Contexts: any; with or without the mutex held. Never waits. */
+/* Contexts: any; with or without the mutex held. Never waits. Resolves every waiter under lock_. */
 int weft_cond_broadcast(weft_cond_t *c) {
   if (!c) return -EINVAL;
   if (get_waiters(c) == 0) return 0;
   weft__wordlock_acquire(&c->lock_);
-  wake_locked(c, true);
+  weft__waitlist l = weft__sync_list_get(&c->head_, &c->tail_);
+  weft__waiter *w;
+  while ((w = weft__waitlist_pop(&l)) != NULL) weft__waiter_wake(w); /* failures are waiters leaving */
+  weft__sync_list_put(&c->head_, &c->tail_, &l);
+  set_waiters(c, 0);
   weft__wordlock_release(&c->lock_);
   return 0;
 }

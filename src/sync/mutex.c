@@ -34,8 +34,9 @@
  * ==== Unlock ==================================================================
  *
  * Without waiters: one CAS LOCKED -> 0 (release). With waiters: under lock_,
- * pop the first waiter and resolve it WOKEN. A mutex waiter never leaves on
- * its own (lock has no deadline and is not a cancellation point), so the
+ * pop the first waiter and resolve it WOKEN (the wake-up itself after lock_
+ * is let go: sync.h, "Waking after the lock"). A mutex waiter never leaves
+ * on its own (lock has no deadline and is not a cancellation point), so the
  * resolve always succeeds. Then one of two policies:
  *
  *  - barging: state_ loses LOCKED; the woken waiter competes for it with
@@ -218,8 +219,11 @@ static void unlock_slow(weft_mutex_t *m) {
    */
   __atomic_store_n(&m->state_, (handoff ? LOCKED : 0u) | (l.head ? WAITERS : 0u), __ATOMIC_RELEASE);
   mw->handed = handoff;
-  if (!weft__waiter_wake(w)) weft__die("weft_mutex_unlock: a mutex waiter left without the mutex");
+  weft__sync_wakeup k = WEFT__SYNC_NO_WAKEUP;
+  if (!weft__sync_claim(w, WEFT__W_WOKEN, &k))
+    weft__die("weft_mutex_unlock: a mutex waiter left without the mutex");
   weft__wordlock_release(&m->lock_);
+  weft__sync_wake(&k);
 }
 
 void *weft__mutex_owner(const weft_mutex_t *m) { return owner_of(m); }

@@ -30,7 +30,8 @@
  * by deadline or cancellation unlinks itself if it is still queued.
  *
  * post: CAS count+1 when no one is queued. Else, under lock_, pop waiters
- * (counting each out) until one resolve succeeds: that waiter has the unit.
+ * (counting each out) until one resolve succeeds: that waiter has the unit
+ * (and is woken once lock_ is free: sync.h, "Waking after the lock").
  * A failed resolve is a waiter leaving on its own, and the unit goes on to
  * the next; when all were leaving, the post retries the CAS (the count
  * path). So a unit is never lost when a timeout races a post, and never
@@ -122,17 +123,19 @@ int weft_sem_wait(weft_sem_t *s, int64_t deadline_ns) {
 
 /* Hand one unit to the first waiter still waiting; false when every queued one was leaving. */
 static bool hand_off(weft_sem_t *s) {
+  weft__sync_wakeup k = WEFT__SYNC_NO_WAKEUP;
   weft__wordlock_acquire(&s->lock_);
   weft__waitlist l = weft__sync_list_get(&s->head_, &s->tail_);
   weft__waiter *w;
   bool handed = false;
   while (!handed && (w = weft__waitlist_pop(&l)) != NULL) {
     count_out(s);
-    /* acq_rel in the resolve: what the poster did before is seen by the waiter. */
-    handed = weft__waiter_wake(w);
+    /* acq_rel in the claim: what the poster did before is seen by the waiter. */
+    handed = weft__sync_claim(w, WEFT__W_WOKEN, &k);
   }
   weft__sync_list_put(&s->head_, &s->tail_, &l);
   weft__wordlock_release(&s->lock_);
+  weft__sync_wake(&k);
   return handed;
 }
 

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Generate docs/api.md, the API reference, from include/weft.h.
+
+The header is the reference: every public function has its contract in the
+comment above it. This script lays those comments out as Markdown, section by
+section (the header's banner comments), each declaration with the comment
+that documents it. `make docs` runs it; CI checks that docs/api.md is current.
+
+Usage: apidoc.py HEADER OUTPUT        (or --check: exit 1 if OUTPUT is stale)
+"""
+import re
+import sys
+
+BANNER = re.compile(r"^/\* -{4,} \*/$")
+
+
+def comment_text(lines):
+    """The text of a /* ... */ block, without the comment markers."""
+    out = []
+    for ln in lines:
+        ln = ln.strip()
+        if ln.startswith("/*"):
+            ln = ln[2:]
+        if ln.endswith("*/"):
+            ln = ln[:-2]
+        ln = ln.strip()
+        if ln.startswith("* "):
+            ln = ln[2:]
+        elif ln == "*":
+            ln = ""
+        out.append(ln)
+    while out and not out[0]:
+        out.pop(0)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out)
+
+
+def to_markdown(text):
+    """Comment prose to Markdown: keep lists and indented code as they are."""
+    md, para = [], []
+    for ln in text.split("\n"):
+        if not ln.strip():
+            if para:
+                md.append(" ".join(para))
+                para = []
+            md.append("")
+        elif ln.lstrip().startswith(("- ", "* ")) or ln.startswith("  "):
+            if para:
+                md.append(" ".join(para))
+                para = []
+            md.append(ln)
+        else:
+            para.append(ln.strip())
+    if para:
+        md.append(" ".join(para))
+    return "\n".join(md).strip()
+
+
+def parse(src):
+    lines = src.split("\n")
+    items = []  # (kind, payload): ("section", title) | ("doc", text, [decl lines])
+    i, pending = 0, None
+    while i < len(lines):
+        ln = lines[i]
+        s = ln.strip()
+        if BANNER.match(s) and i + 2 < len(lines) and BANNER.match(lines[i + 2].strip()):
+            title = lines[i + 1].strip().strip("/*").strip()
+            items.append(("section", title))
+            pending = None
+            i += 3
+            continue
+        if s.startswith("/*") and not s.startswith("/* ---"):
+            block = [ln]
+            while not lines[i].rstrip().endswith("*/"):
+                i += 1
+                block.append(lines[i])
+            pending = comment_text(block)
+            i += 1
+            continue
+        if s.startswith(("WEFT_EXTERN", "typedef", "#define WEFT_")) and not s.startswith("#define WEFT_EXTERN"):
+            decl = [ln]
+            # A declaration ends at ';' (functions, simple typedefs) or at '} name;' (struct/enum).
+            depth = ln.count("{") - ln.count("}")
+            while (depth > 0 or not lines[i].rstrip().endswith((";", "}"))) and not s.startswith("#define"):
+                i += 1
+                decl.append(lines[i])
+                depth += lines[i].count("{") - lines[i].count("}")
+                if depth <= 0 and lines[i].rstrip().endswith(";"):
+                    break
+            items.append(("doc", pending, decl))
+            pending = None
+            i += 1
+            continue
+        if not s:
+            pass
+        elif not s.startswith("/*"):
+            pending = None if not s.startswith("#") else pending
+        i += 1
+    return items
+
+
+def render(items, header_name):
+    out = [
+        "# API reference",
+        "",
+        f"Generated from `{header_name}` by `scripts/apidoc.py` (`make docs`); the header is the",
+        "source. Conventions that hold for every call (errors, deadlines, contexts) are in the",
+        "header's opening comment, repeated in the first section below.",
+        "",
+    ]
+    in_section = False
+    for it in items:
+        if it[0] == "section":
+            out += [f"## {it[1]}", ""]
+            in_section = True
+            continue
+        if not in_section:
+            continue  # the include guard and version macros, said in Conventions
+        _, text, decl = it
+        code = "\n".join(d.replace("WEFT_EXTERN ", "") for d in decl).rstrip()
+        name = re.search(r"(weft_\w+|WEFT_\w+)\s*(\(|;|\{| )", code)
+        if name and code.lstrip().startswith(("int", "void", "bool", "ssize_t", "int64_t", "const", "unsigned")):
+            out += [f"### `{name.group(1)}`", ""]
+        out += ["```c", code, "```", ""]
+        if text:
+            out += [to_markdown(text), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--check"]
+    check = "--check" in sys.argv
+    if len(args) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    header, output = args
+    with open(header) as f:
+        src = f.read()
+    # The opening comment: the conventions.
+    m = re.match(r"\s*/\*(.*?)\*/", src, re.S)
+    intro = to_markdown(comment_text(("/*" + m.group(1) + "*/").split("\n"))) if m else ""
+    doc = render(parse(src[m.end():] if m else src), "include/weft.h")
+    version = re.search(r'#define WEFT_VERSION_STRING "([^"]+)"', src)
+    intro += ("\n\nVersion: `WEFT_VERSION_STRING` (" + version.group(1) + "), with `WEFT_VERSION_MAJOR`, "
+              "`WEFT_VERSION_MINOR` and `WEFT_VERSION_PATCH`.") if version else ""
+    doc = doc.replace("\n## ", "\n## Conventions\n\n" + intro + "\n\n## ", 1)
+    if check:
+        try:
+            with open(output) as f:
+                if f.read() == doc:
+                    return 0
+        except FileNotFoundError:
+            pass
+        print(f"{output} is out of date: run make docs", file=sys.stderr)
+        return 1
+    with open(output, "w") as f:
+        f.write(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
