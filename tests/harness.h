@@ -57,6 +57,16 @@ int weft_test_child(void (*fn)(void *), void *arg, char *err, size_t cap);
 #ifndef WEFT_TEST_TSAN
 #define WEFT_TEST_TSAN 0
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#define WEFT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define WEFT_TEST_ASAN 1
+#endif
+#endif
+#ifndef WEFT_TEST_ASAN
+#define WEFT_TEST_ASAN 0
+#endif
 
 /*
  * True when the run is under Valgrind, qemu-user or ThreadSanitizer, where
