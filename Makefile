@@ -95,6 +95,7 @@ test-aarch64: ci-deps | $(BUILD)
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cc')
 check-format: ci-deps
 	clang-format --dry-run --Werror $(FORMAT_FILES)
+	python3 scripts/apidoc.py --check include/weft.h docs/api.md
 
 format:
 	clang-format -i $(FORMAT_FILES)
@@ -102,8 +103,11 @@ format:
 # --- benchmarks, plots, docs ---------------------------------------------------
 
 RESULTS ?= results
-bench: release
+bench-deps:
 	@scripts/deps.sh base bench
+
+# Packages first: the release build then finds the optional baselines (TBB, Boost.Context).
+bench: bench-deps release
 	scripts/bench.sh $(BUILD)/release $(RESULTS)
 
 # make bench-compare BASE=old-results [NEW=results] [THRESHOLD=10]: exit 1 on a
@@ -119,10 +123,9 @@ plots:
 	@scripts/deps.sh base plots
 	scripts/plots.sh $(RESULTS)
 
+# The API reference is generated from the header (check-format checks it is current).
 docs:
-	@scripts/deps.sh base
-	@command -v doxygen >/dev/null || { echo "make docs needs doxygen (apt-get install doxygen)"; exit 1; }
-	doxygen docs/Doxyfile
+	python3 scripts/apidoc.py include/weft.h docs/api.md
 
 install: release
 	$(CMAKE) --install $(BUILD)/release

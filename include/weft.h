@@ -366,9 +366,14 @@ WEFT_EXTERN int weft_blocking(weft_task_fn fn, void *arg, void **result);
  * one waits on it.
  *
  * Cancellation: weft_cond_wait, weft_sem_wait, weft_chan_send and
- * weft_chan_recv are cancellation points (they return -ECANCELED in a
- * cancelled blocking future). weft_mutex_lock is not, as in POSIX: a
- * cancelled fiber can still take a lock to put shared state in order.
+ * weft_chan_recv are cancellation points: in a cancelled blocking future
+ * they return -ECANCELED at once, even when a unit or element is there.
+ * weft_mutex_lock is not, as in POSIX: a cancelled fiber can still take a
+ * lock to put shared state in order.
+ *
+ * A primitive may be destroyed as soon as its last call has returned (the
+ * waker never touches it after the woken caller can see the wake). Test and
+ * debug builds abort with a message when one is destroyed while in use.
  */
 typedef struct weft_mutex_t {
   uint32_t state_; /* private */
@@ -383,7 +388,7 @@ typedef struct weft_mutex_t {
 /* A mutex is not recursive; unlocking one that the caller does not hold is -EPERM. */
 WEFT_EXTERN int weft_mutex_init(weft_mutex_t *m);
 WEFT_EXTERN int weft_mutex_lock(weft_mutex_t *m);
-WEFT_EXTERN int weft_mutex_trylock(weft_mutex_t *m); /* -EBUSY when held */
+WEFT_EXTERN int weft_mutex_trylock(weft_mutex_t *m); /* -EBUSY when held (by the caller too) */
 WEFT_EXTERN int weft_mutex_unlock(weft_mutex_t *m);
 WEFT_EXTERN void weft_mutex_destroy(weft_mutex_t *m);
 
@@ -397,7 +402,11 @@ typedef struct weft_cond_t {
 #define WEFT_COND_INITIALIZER {0, 0, NULL, NULL}
 
 WEFT_EXTERN int weft_cond_init(weft_cond_t *c);
-/* Wait with m held; m is held again on return, whatever the result (0, -ETIMEDOUT, -ECANCELED). */
+/*
+ * Wait with m held; m is held again on return, whatever the result (0,
+ * -ETIMEDOUT, -ECANCELED). -EPERM when the caller does not hold m. With
+ * deadline 0 it returns -ETIMEDOUT at once, without letting go of m.
+ */
 WEFT_EXTERN int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline_ns);
 WEFT_EXTERN int weft_cond_signal(weft_cond_t *c);
 WEFT_EXTERN int weft_cond_broadcast(weft_cond_t *c);
@@ -425,6 +434,7 @@ WEFT_EXTERN void weft_sem_destroy(weft_sem_t *s);
  */
 typedef struct weft_chan weft_chan_t;
 
+/* -EINVAL when capacity * elem_size overflows; elem_size 0 is allowed (then elem may be NULL). */
 WEFT_EXTERN int weft_chan_create(size_t capacity, size_t elem_size, weft_chan_t **out);
 WEFT_EXTERN int weft_chan_send(weft_chan_t *ch, const void *elem, int64_t deadline_ns);
 WEFT_EXTERN int weft_chan_recv(weft_chan_t *ch, void *elem, int64_t deadline_ns);

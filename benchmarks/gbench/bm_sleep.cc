@@ -163,6 +163,8 @@ void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms) {
   weft_config_init(&cfg);
   cfg.pin_threshold_ms = threshold_ms;
   if (weft_configure(&cfg) != 0 || !weft_fibers_available()) {
+    weft_config_init(&cfg);
+    weft_configure(&cfg);
     state.SkipWithError("fibers unavailable (or WEFT_FIBERS=0)");
     return;
   }

@@ -1,8 +1,9 @@
 /*
  * This file contains the synchronisation suite: weft's channel and mutex,
  * each beside the pthread code a C programmer would otherwise write, in the
- * same binary. Every case reports wall time per operation (the work hops
- * between threads and fibers, so the main thread's CPU time says nothing).
+ * same binary. Every case reports wall time in ns per operation (the work
+ * hops between threads and fibers, so the main thread's CPU time says
+ * nothing).
  *
  *   ChanPingPongFibers/carriers:1   a round trip (send, then receive the reply)
  *                                   between two fibers over two unbuffered
@@ -23,12 +24,17 @@
  *   SemPostWaitUncontended          post+wait of a weft semaphore, one thread
  *   ChanSendRecvUncontended         send+recv on a buffered channel, one thread
  *
- * Two-party cases run in batches (KeepRunningBatch): each batch starts its
- * two fibers or threads, which do the whole batch, and joins them; the
- * start-up is a few microseconds against a batch of thousands of
- * operations. For two carriers, the first fiber spins without yielding
- * until the second has started, so the second starts on the other carrier.
+ * Two-party cases run in batches of kBatch round trips (or of kBatch lock
+ * pairs per contender) on a Duo: two fibers or threads started once per
+ * case, which start each batch together at a barrier. Their time is
+ * manual: from the barrier to the end of the batch, wall clock, so the
+ * wake-ups that start a batch are left out (they would otherwise let one
+ * party run alone). For two carriers the first fiber holds its carrier
+ * until the second has started, which then starts on the other carrier.
  * Fiber cases are skipped when fibers are unavailable.
+ *
+ * Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+ * and read the medians: on a small shared machine single runs vary by 2x.
  */
 #include <benchmark/benchmark.h>
 
@@ -52,47 +58,111 @@ void set_carriers(unsigned n) {
   weft_configure(&c);
 }
 
-/* The start of a two-party batch: with `spread`, the first party holds its carrier until the second runs. */
-struct Pair {
-  std::atomic<int> started{0};
-  bool spread = false;
-  void arrive() {
-    started.fetch_add(1);
-    if (!spread) return;
-    int64_t give_up = weft_now_ns() + 2000000000;
-    while (started.load() < 2 && weft_now_ns() < give_up) {
-    }
-  }
-};
-
 using Party = void *(*)(void *);
 
-/* Run a(arg) and b(arg) as two blocking futures (fibers) and wait for both; false when they could not run. */
-bool run_fibers(Party a, Party b, void *arg) {
-  weft_future *fa, *fb;
-  if (weft_future_start(WEFT_BLOCKING, a, arg, &fa) != 0) return false;
-  if (weft_future_start(WEFT_BLOCKING, b, arg, &fb) != 0) {
-    weft_future_get(fa, -1, nullptr);
-    weft_future_free(fa);
-    return false;
+/*
+ * Two parties (two fibers, or two plain threads) that live for a whole case
+ * and run one batch each time run() is called: both call their function
+ * once, then report back. Starting them once keeps fiber start-up and
+ * stealing out of the timings. With `spread` (fibers on two carriers), the
+ * first party holds its carrier, without yielding, until the second has
+ * started, so the second starts on the other carrier; fibers never move
+ * afterwards. The parties wait for each batch on a weft semaphore.
+ */
+class Duo {
+public:
+  Duo(bool fibers, bool spread, Party a, Party b, void *arg) : fibers_(fibers), spread_(spread), arg_(arg) {
+    weft_sem_init(&go_[0], 0);
+    weft_sem_init(&go_[1], 0);
+    weft_sem_init(&done_, 0);
+    slots_[0] = {this, 0, a};
+    slots_[1] = {this, 1, b};
+    for (int i = 0; i < 2; i++) {
+      bool ok = fibers ? weft_future_start(WEFT_BLOCKING, loop, &slots_[i], &f_[i]) == 0
+                       : pthread_create(&t_[i], nullptr, loop, &slots_[i]) == 0;
+      if (ok) started_++;
+    }
+    int64_t give_up = weft_now_ns() + 5000000000;
+    while (started_ == 2 && up_.load() < 2 && weft_now_ns() < give_up) {
+    }
   }
-  bool ok = weft_future_get(fa, -1, nullptr) == 0 && weft_future_get(fb, -1, nullptr) == 0;
-  weft_future_free(fa);
-  weft_future_free(fb);
-  return ok;
-}
 
-bool run_threads(Party a, Party b, void *arg) {
-  pthread_t ta, tb;
-  if (pthread_create(&ta, nullptr, a, arg) != 0) return false;
-  if (pthread_create(&tb, nullptr, b, arg) != 0) {
-    pthread_join(ta, nullptr);
-    return false;
+  bool ok() const { return started_ == 2 && up_.load() == 2; }
+
+  /*
+   * One batch: both parties run their function once, starting together.
+   * Returns the seconds from the start (both parties have arrived) to the
+   * end (both are done): the wake-ups that start a batch are left out.
+   */
+  double run() {
+    arrived_.store(0);
+    finished_.store(0);
+    weft_sem_post(&go_[0]);
+    weft_sem_post(&go_[1]);
+    weft_sem_wait(&done_, -1);
+    weft_sem_wait(&done_, -1);
+    return static_cast<double>(t1_.load() - t0_.load()) * 1e-9;
   }
-  pthread_join(ta, nullptr);
-  pthread_join(tb, nullptr);
-  return true;
-}
+
+  ~Duo() {
+    quit_.store(true);
+    for (int i = 0; i < started_; i++) weft_sem_post(&go_[i]);
+    for (int i = 0; i < started_; i++) {
+      if (fibers_) {
+        weft_future_get(f_[i], -1, nullptr);
+        weft_future_free(f_[i]);
+      } else {
+        pthread_join(t_[i], nullptr);
+      }
+    }
+    weft_sem_destroy(&go_[0]);
+    weft_sem_destroy(&go_[1]);
+    weft_sem_destroy(&done_);
+  }
+
+private:
+  struct Slot {
+    Duo *duo;
+    int idx;
+    Party fn;
+  };
+
+  static void *loop(void *p) {
+    auto *s = static_cast<Slot *>(p);
+    Duo *d = s->duo;
+    d->up_.fetch_add(1);
+    int64_t give_up = weft_now_ns() + 2000000000;
+    while (d->spread_ && d->up_.load() < 2 && weft_now_ns() < give_up) {
+    }
+    for (;;) {
+      weft_sem_wait(&d->go_[s->idx], -1);
+      if (d->quit_.load()) break;
+      /* A start barrier: a fiber yields while it waits (its partner may share its carrier). */
+      if (d->arrived_.fetch_add(1) == 1) {
+        d->t0_.store(weft_now_ns());
+      } else {
+        while (d->arrived_.load() < 2)
+          if (d->fibers_) weft_yield();
+      }
+      s->fn(d->arg_);
+      if (d->finished_.fetch_add(1) == 1) d->t1_.store(weft_now_ns());
+      weft_sem_post(&d->done_);
+    }
+    return nullptr;
+  }
+
+  bool fibers_, spread_;
+  void *arg_;
+  weft_sem_t go_[2], done_;
+  Slot slots_[2];
+  weft_future *f_[2] = {nullptr, nullptr};
+  pthread_t t_[2];
+  int started_ = 0;
+  std::atomic<int> up_{0};
+  std::atomic<bool> quit_{false};
+  std::atomic<int> arrived_{0}, finished_{0};
+  std::atomic<int64_t> t0_{0}, t1_{0};
+};
 
 bool need_fibers(benchmark::State &state) {
   if (weft_fibers_available()) return true;
@@ -106,14 +176,11 @@ bool need_fibers(benchmark::State &state) {
 
 struct PingPong {
   weft_chan_t *there = nullptr, *back = nullptr;
-  int64_t n = 0;
-  Pair pair;
 };
 
 void *ping(void *arg) {
   auto *p = static_cast<PingPong *>(arg);
-  p->pair.arrive();
-  for (int64_t i = 0; i < p->n; i++) {
+  for (int64_t i = 0; i < kBatch; i++) {
     int64_t v = i;
     weft_chan_send(p->there, &v, -1);
     weft_chan_recv(p->back, &v, -1);
@@ -124,8 +191,7 @@ void *ping(void *arg) {
 
 void *pong(void *arg) {
   auto *p = static_cast<PingPong *>(arg);
-  p->pair.arrive();
-  for (int64_t i = 0; i < p->n; i++) {
+  for (int64_t i = 0; i < kBatch; i++) {
     int64_t v;
     weft_chan_recv(p->there, &v, -1);
     weft_chan_send(p->back, &v, -1);
@@ -133,37 +199,43 @@ void *pong(void *arg) {
   return nullptr;
 }
 
-void chan_ping_pong(benchmark::State &state, bool fibers, unsigned carriers) {
+/* Run the case's batches on a Duo; `per_batch` operations each. */
+void run_duo(benchmark::State &state, bool fibers, unsigned carriers, Party a, Party b, void *arg,
+             int64_t per_batch) {
   if (fibers) {
     set_carriers(carriers);
-    if (!need_fibers(state)) return;
-  }
-  weft_chan_t *there, *back;
-  weft_chan_create(0, sizeof(int64_t), &there);
-  weft_chan_create(0, sizeof(int64_t), &back);
-  while (state.KeepRunningBatch(kBatch)) {
-    PingPong p;
-    p.there = there;
-    p.back = back;
-    p.n = kBatch;
-    p.pair.spread = fibers && carriers > 1;
-    if (!(fibers ? run_fibers(ping, pong, &p) : run_threads(ping, pong, &p))) {
-      state.SkipWithError("could not start the two parties");
-      break;
+    if (!need_fibers(state)) {
+      set_carriers(0);
+      return;
     }
   }
-  weft_chan_free(there);
-  weft_chan_free(back);
+  {
+    Duo duo(fibers, fibers && carriers > 1, a, b, arg);
+    if (!duo.ok()) {
+      state.SkipWithError("could not start the two parties");
+    } else {
+      while (state.KeepRunningBatch(per_batch)) state.SetIterationTime(duo.run());
+    }
+  }
   if (fibers) set_carriers(0);
+}
+
+void chan_ping_pong(benchmark::State &state, bool fibers, unsigned carriers) {
+  PingPong p;
+  weft_chan_create(0, sizeof(int64_t), &p.there);
+  weft_chan_create(0, sizeof(int64_t), &p.back);
+  run_duo(state, fibers, carriers, ping, pong, &p, kBatch);
+  weft_chan_free(p.there);
+  weft_chan_free(p.back);
 }
 
 void BM_ChanPingPongFibers(benchmark::State &state) {
   chan_ping_pong(state, true, static_cast<unsigned>(state.range(0)));
 }
-BENCHMARK(BM_ChanPingPongFibers)->Arg(1)->Arg(2)->ArgName("carriers")->UseRealTime();
+BENCHMARK(BM_ChanPingPongFibers)->Arg(1)->Arg(2)->ArgName("carriers")->UseManualTime();
 
 void BM_ChanPingPongThreads(benchmark::State &state) { chan_ping_pong(state, false, 0); }
-BENCHMARK(BM_ChanPingPongThreads)->UseRealTime();
+BENCHMARK(BM_ChanPingPongThreads)->UseManualTime();
 
 /* The baseline: a one-slot queue of pthread_mutex + pthread_cond, as one would write it. */
 struct PQueue {
@@ -194,12 +266,11 @@ struct PQueue {
 
 struct PPing {
   PQueue there, back;
-  int64_t n = 0;
 };
 
 void *pq_ping(void *arg) {
   auto *p = static_cast<PPing *>(arg);
-  for (int64_t i = 0; i < p->n; i++) {
+  for (int64_t i = 0; i < kBatch; i++) {
     p->there.put(i);
     benchmark::DoNotOptimize(p->back.get());
   }
@@ -208,33 +279,27 @@ void *pq_ping(void *arg) {
 
 void *pq_pong(void *arg) {
   auto *p = static_cast<PPing *>(arg);
-  for (int64_t i = 0; i < p->n; i++) p->back.put(p->there.get());
+  for (int64_t i = 0; i < kBatch; i++) p->back.put(p->there.get());
   return nullptr;
 }
 
 void BM_PthreadQueuePingPong(benchmark::State &state) {
-  while (state.KeepRunningBatch(kBatch)) {
-    PPing p;
-    p.n = kBatch;
-    run_threads(pq_ping, pq_pong, &p);
-  }
+  PPing p;
+  run_duo(state, false, 0, pq_ping, pq_pong, &p, kBatch);
 }
-BENCHMARK(BM_PthreadQueuePingPong)->UseRealTime();
+BENCHMARK(BM_PthreadQueuePingPong)->UseManualTime();
 
 /* --- mutex hand-off: two contenders ------------------------------------------------------- */
 
 struct Contend {
   weft_mutex_t m = WEFT_MUTEX_INITIALIZER;
   pthread_mutex_t pm = PTHREAD_MUTEX_INITIALIZER;
-  int64_t n = 0;       /* lock+unlock pairs per contender */
   int64_t counter = 0; /* under the mutex */
-  Pair pair;
 };
 
 void *contend_weft(void *arg) {
   auto *c = static_cast<Contend *>(arg);
-  c->pair.arrive();
-  for (int64_t i = 0; i < c->n; i++) {
+  for (int64_t i = 0; i < kBatch; i++) {
     weft_mutex_lock(&c->m);
     c->counter++;
     weft_mutex_unlock(&c->m);
@@ -244,8 +309,7 @@ void *contend_weft(void *arg) {
 
 void *contend_pthread(void *arg) {
   auto *c = static_cast<Contend *>(arg);
-  c->pair.arrive();
-  for (int64_t i = 0; i < c->n; i++) {
+  for (int64_t i = 0; i < kBatch; i++) {
     pthread_mutex_lock(&c->pm);
     c->counter++;
     pthread_mutex_unlock(&c->pm);
@@ -254,30 +318,19 @@ void *contend_pthread(void *arg) {
 }
 
 void mutex_handoff(benchmark::State &state, bool fibers, Party party) {
-  if (fibers) {
-    set_carriers(2);
-    if (!need_fibers(state)) return;
-  }
-  while (state.KeepRunningBatch(2 * kBatch)) {
-    Contend c;
-    c.n = kBatch;
-    c.pair.spread = fibers;
-    if (!(fibers ? run_fibers(party, party, &c) : run_threads(party, party, &c)) || c.counter != 2 * kBatch) {
-      state.SkipWithError("lost increments, or the contenders could not start");
-      break;
-    }
-  }
-  if (fibers) set_carriers(0);
+  Contend c;
+  run_duo(state, fibers, 2, party, party, &c, 2 * kBatch);
+  if (c.counter != static_cast<int64_t>(state.iterations())) state.SkipWithError("lost increments");
 }
 
 void BM_MutexHandoffFibers(benchmark::State &state) { mutex_handoff(state, true, contend_weft); }
-BENCHMARK(BM_MutexHandoffFibers)->UseRealTime();
+BENCHMARK(BM_MutexHandoffFibers)->UseManualTime();
 
 void BM_MutexHandoffThreads(benchmark::State &state) { mutex_handoff(state, false, contend_weft); }
-BENCHMARK(BM_MutexHandoffThreads)->UseRealTime();
+BENCHMARK(BM_MutexHandoffThreads)->UseManualTime();
 
 void BM_PthreadMutexHandoff(benchmark::State &state) { mutex_handoff(state, false, contend_pthread); }
-BENCHMARK(BM_PthreadMutexHandoff)->UseRealTime();
+BENCHMARK(BM_PthreadMutexHandoff)->UseManualTime();
 
 /* --- uncontended ------------------------------------------------------------------------------ */
 

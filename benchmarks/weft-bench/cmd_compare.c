@@ -3,7 +3,7 @@
  * JSON Lines files that weft-bench wrote, matches measurements by what was
  * measured (bench, case, backend, jobs, sleep_ms, loops, items, and the
  * http/echo parameters: requests, concurrency, keepalive, connections,
- * messages, size), and says
+ * messages, size; and whether fibers ran), and says
  * for each whether the median wall time changed.
  *
  * A measurement is a regression ("SLOWER", exit 1) when both hold:
@@ -34,7 +34,7 @@ static const char compare_help[] =
     "\n"
     "Compare two JSON Lines files written by weft-bench --json. Measurements are\n"
     "matched by bench, case, backend, jobs, sleep_ms, loops, items, requests,\n"
-    "concurrency, keepalive, connections, messages and size; records of\n"
+    "concurrency, keepalive, connections, messages, size and fibers; records of\n"
     "one measurement that repeat within a file are pooled.\n"
     "\n"
     "  --threshold PCT  slowdown of the median that counts (default 10)\n"
@@ -59,7 +59,7 @@ static const wb_opt compare_opts[] = {
 /* What identifies a measurement: the same values in both files means the same experiment. */
 static const char *const key_fields[] = {"bench",       "case",        "backend",  "jobs",        "sleep_ms",
                                          "loops",       "items",       "requests", "concurrency", "keepalive",
-                                         "connections", "messages",    "size"};
+                                         "connections", "messages",    "size",     "fibers"};
 #define NKEYS (sizeof key_fields / sizeof key_fields[0])
 
 typedef struct entry {

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "net.h"
 #include "weft.h"
 
 const char *wb_argv0 = "weft-bench";
@@ -24,6 +25,10 @@ static const char main_help[] =
     "              sleeping 1 s, weft with fibers against its fallback\n"
     "  gpars       the GPars write-up's experiment: what a parallel map costs per call\n"
     "              (math, files, http) against sequential code\n"
+    "  http        R HTTP GETs, C in flight, by one client on fibers, on OpenMP and on a\n"
+    "              thread per request: requests/s, latency percentiles, errors\n"
+    "  echo        a TCP echo over C loopback connections, a fiber per connection against\n"
+    "              a thread per connection: messages/s, MB/s, latency percentiles\n"
     "  compare     compare two --json results files; exit 1 on a regression\n"
     "\n"
     "Every measuring command takes --json (JSON Lines on stdout, with machine and\n"
@@ -39,10 +44,9 @@ static const struct {
   int (*run)(int, char **);
   bool uses_weft; /* shut weft's runtime down afterwards */
 } commands[] = {
-    {"sleep", wb_cmd_sleep, true},
-    {"embroidery", wb_cmd_embroidery, false},
-    {"gpars", wb_cmd_gpars, true},
-    {"compare", wb_cmd_compare, false},
+    {"sleep", wb_cmd_sleep, true}, {"embroidery", wb_cmd_embroidery, false},
+    {"gpars", wb_cmd_gpars, true}, {"http", wb_cmd_http, true},
+    {"echo", wb_cmd_echo, true},   {"compare", wb_cmd_compare, false},
 };
 
 int main(int argc, char **argv) {

@@ -2,7 +2,7 @@
  * This file contains what weft's synchronisation primitives (mutex.c,
  * cond.c, sem.c, chan.c) share: who the caller is, the wait list kept in a
  * public struct's two pointer fields, the cancellation check at the door,
- * and "settling" after a wake-up.
+ * "settling" after a wake-up, and waking a waiter after the lock is let go.
  *
  * Settling. Every primitive hands its waiters over under its word lock: the
  * waker pops a waiter, resolves it WOKEN and may still write into it (a
@@ -17,9 +17,10 @@
  * a later one: after it, the waker never touches the object again. The
  * acquire load also pairs with the waker's release, which publishes whatever
  * it wrote into the waiter after the resolve. The wait is nearly always
- * over before it starts: a woken thread returns from a futex wait and a
- * woken fiber goes through its carrier's queue, both slower than the few
- * stores left in the waker's critical section.
+ * over before it starts: the wake-up proper comes only after the lock is
+ * free (below, "Waking after the lock"), so a fiber, or a thread that was
+ * asleep, finds it free. It matters for a thread that sees WOKEN before it
+ * has gone to sleep, while the waker is still inside its critical section.
  */
 #ifndef WEFT_SYNC_SYNC_H
 #define WEFT_SYNC_SYNC_H
@@ -36,9 +37,10 @@
 /*
  * Who holds a mutex: the running fiber, or else the OS thread (the address
  * of a thread-local byte, which no two live threads share and no fiber
- * record can equal). A fiber never moves to another carrier, so a fiber's
- * identity stays valid for its whole life, and a thread that runs many
- * fibers is never mistaken for any of them.
+ * record can equal). So a carrier thread is never mistaken for any of the
+ * fibers it runs, nor they for each other. Like any address, an identity
+ * can be reused once its fiber or thread has ended: ending while holding a
+ * mutex is a bug that this cannot always catch.
  */
 void *weft__sync_self(void);
 
