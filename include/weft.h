@@ -50,9 +50,9 @@
 extern "C" {
 #endif
 
-#define WEFT_VERSION_MAJOR 0
-#define WEFT_VERSION_MINOR 1
-#define WEFT_VERSION_PATCH 0
+#define WEFT_VERSION_MAJOR  0
+#define WEFT_VERSION_MINOR  1
+#define WEFT_VERSION_PATCH  0
 #define WEFT_VERSION_STRING "0.1.0"
 
 #if defined(__GNUC__)
@@ -84,7 +84,8 @@ typedef struct weft_pmap_opts {
   unsigned flags;      /* reserved: must be 0 */
 } weft_pmap_opts;
 
-#define WEFT_PMAP_OPTS_INIT {WEFT_CPU, 0, 0, 0}
+#define WEFT_PMAP_OPTS_INIT                                                                                  \
+  { WEFT_CPU, 0, 0, 0 }
 
 /* One element of a parallel map: return 0, or any nonzero value as an error. */
 typedef int (*weft_index_fn)(void *ctx, size_t i);
@@ -383,7 +384,8 @@ typedef struct weft_mutex_t {
   void *owner_;    /* private */
 } weft_mutex_t;
 
-#define WEFT_MUTEX_INITIALIZER {0, 0, NULL, NULL, NULL}
+#define WEFT_MUTEX_INITIALIZER                                                                               \
+  { 0, 0, NULL, NULL, NULL }
 
 /* A mutex is not recursive; unlocking one that the caller does not hold is -EPERM. */
 WEFT_EXTERN int weft_mutex_init(weft_mutex_t *m);
@@ -399,7 +401,8 @@ typedef struct weft_cond_t {
   void *tail_;       /* private */
 } weft_cond_t;
 
-#define WEFT_COND_INITIALIZER {0, 0, NULL, NULL}
+#define WEFT_COND_INITIALIZER                                                                                \
+  { 0, 0, NULL, NULL }
 
 WEFT_EXTERN int weft_cond_init(weft_cond_t *c);
 /*
@@ -476,8 +479,8 @@ typedef uint64_t weft_key_t;
 WEFT_EXTERN int weft_key_create(weft_key_t *key, void (*destructor)(void *));
 /* Local values still set are not destroyed (as pthread_key_delete); -EINVAL for an unknown key. */
 WEFT_EXTERN int weft_key_delete(weft_key_t key);
-WEFT_EXTERN void *weft_local_get(weft_key_t key);             /* NULL when unset or unknown */
-WEFT_EXTERN int weft_local_set(weft_key_t key, void *value);  /* -EINVAL, -ENOMEM */
+WEFT_EXTERN void *weft_local_get(weft_key_t key);            /* NULL when unset or unknown */
+WEFT_EXTERN int weft_local_set(weft_key_t key, void *value); /* -EINVAL, -ENOMEM */
 WEFT_EXTERN int weft_scope_run(weft_key_t key, void *value, weft_task_fn fn, void *arg, void **result);
 /* 0 and the innermost binding in *value; -ENOENT when unbound. value may be NULL (is it bound?). */
 WEFT_EXTERN int weft_scope_get(weft_key_t key, void **value);

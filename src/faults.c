@@ -8,14 +8,15 @@
 
 #include <pthread.h>
 
-static atomic_uint armed_mask;           /* sites that may fail; 0 when disarmed (the fast path) */
+static atomic_uint armed_mask; /* sites that may fail; 0 when disarmed (the fast path) */
 static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned long skip_left;          /* calls to let through first: guarded by fault_mu */
-static bool sticky;                      /* keep failing after the first fault */
-static unsigned long fired;              /* faults injected since arming */
+static unsigned long skip_left; /* calls to let through first: guarded by fault_mu */
+static bool sticky;             /* keep failing after the first fault */
+static unsigned long fired;     /* faults injected since arming */
 
 bool weft__fault(enum weft__fault_site site) {
-  if (WEFT__LIKELY((atomic_load_explicit(&armed_mask, memory_order_relaxed) & (1u << site)) == 0)) return false;
+  if (WEFT__LIKELY((atomic_load_explicit(&armed_mask, memory_order_relaxed) & (1u << site)) == 0))
+    return false;
   bool fail = false;
   pthread_mutex_lock(&fault_mu);
   if (atomic_load_explicit(&armed_mask, memory_order_relaxed) & (1u << site)) {

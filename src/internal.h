@@ -18,19 +18,19 @@
 
 #include "weft.h"
 
-#define WEFT__LIKELY(x) __builtin_expect(!!(x), 1)
-#define WEFT__UNLIKELY(x) __builtin_expect(!!(x), 0)
-#define WEFT__UNUSED(x) ((void)(x))
-#define WEFT__CACHELINE 64
-#define WEFT__ALIGNED_CL __attribute__((aligned(WEFT__CACHELINE)))
-#define WEFT__NORETURN __attribute__((noreturn))
+#define WEFT__LIKELY(x)    __builtin_expect(!!(x), 1)
+#define WEFT__UNLIKELY(x)  __builtin_expect(!!(x), 0)
+#define WEFT__UNUSED(x)    ((void)(x))
+#define WEFT__CACHELINE    64
+#define WEFT__ALIGNED_CL   __attribute__((aligned(WEFT__CACHELINE)))
+#define WEFT__NORETURN     __attribute__((noreturn))
 #define WEFT__PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-#define weft__container_of(p, type, member) ((type *)(void *)((char *)(p) - offsetof(type, member)))
+#define weft__container_of(p, type, member) ((type *)(void *)((char *)(p)-offsetof(type, member)))
 
 /* Relaxed and acquire/release shorthands: every use names its pairing in a comment. */
-#define weft__load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
-#define weft__load_acquire(p) atomic_load_explicit((p), memory_order_acquire)
+#define weft__load_relaxed(p)     atomic_load_explicit((p), memory_order_relaxed)
+#define weft__load_acquire(p)     atomic_load_explicit((p), memory_order_acquire)
 #define weft__store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
 #define weft__store_release(p, v) atomic_store_explicit((p), (v), memory_order_release)
 

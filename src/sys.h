@@ -99,7 +99,8 @@ static inline int weft__madvise(void *addr, size_t len, int advice) {
 }
 
 /* Returns 0 or a positive error number, as pthread_create does. */
-static inline int weft__pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg) {
+static inline int weft__pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
+                                       void *arg) {
   if (weft__fault(WEFT__F_PTHREAD_CREATE)) return EAGAIN;
   return pthread_create(t, a, fn, arg);
 }

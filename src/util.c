@@ -48,8 +48,8 @@ void weft__describe_site(const void *pc, char *buf, size_t cap) {
     const char *lib = strrchr(info.dli_fname, '/');
     lib = lib ? lib + 1 : info.dli_fname;
     if (info.dli_sname)
-      snprintf(buf, cap, "%s+0x%zx (%s)", info.dli_sname, (size_t)((const char *)pc - (const char *)info.dli_saddr),
-               lib);
+      snprintf(buf, cap, "%s+0x%zx (%s)", info.dli_sname,
+               (size_t)((const char *)pc - (const char *)info.dli_saddr), lib);
     else
       snprintf(buf, cap, "%p (%s)", pc, lib);
   } else {
@@ -76,10 +76,20 @@ bool weft__env_size(const char *name, size_t *out) {
   if (errno != 0 || end == s || s[0] == '-') return false;
   unsigned shift = 0;
   switch (tolower((unsigned char)*end)) {
-  case 'k': shift = 10; end++; break;
-  case 'm': shift = 20; end++; break;
-  case 'g': shift = 30; end++; break;
-  default: break;
+  case 'k':
+    shift = 10;
+    end++;
+    break;
+  case 'm':
+    shift = 20;
+    end++;
+    break;
+  case 'g':
+    shift = 30;
+    end++;
+    break;
+  default:
+    break;
   }
   if (*end == 'b' || *end == 'B') end++;
   if (*end != '\0') return false;

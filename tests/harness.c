@@ -163,7 +163,8 @@ static void check_clean(void) {
    * purpose (the host of weft's team under libomp) aside.
    */
   int threads = weft__threads_alive() - weft__cpu_kept_threads();
-  if (threads != 0) fprintf(stderr, "\n  weft threads still running: %d (%d named weft-*)\n", threads, weft_thread_count());
+  if (threads != 0)
+    fprintf(stderr, "\n  weft threads still running: %d (%d named weft-*)\n", threads, weft_thread_count());
   CU_ASSERT_EQUAL(threads, 0);
   /* Exiting threads (the OpenMP runtime's too) open libgcc_s for a moment: let them finish. */
   int fds = weft_test_fd_count();
@@ -193,8 +194,8 @@ static void run_wrapped(size_t i) {
   check_clean();
 }
 /* CUnit takes plain function pointers: one trampoline per test slot, slot = 8 * a + b. */
-#define W(a, b)                                                                                                \
-  static void wrap_##a##b(void) { run_wrapped(8 * a + b); }
+// clang-format off
+#define W(a, b) static void wrap_##a##b(void) { run_wrapped(8 * a + b); }
 #define W8(a) W(a, 0) W(a, 1) W(a, 2) W(a, 3) W(a, 4) W(a, 5) W(a, 6) W(a, 7)
 W8(0) W8(1) W8(2) W8(3) W8(4) W8(5) W8(6) W8(7)
 #undef W
@@ -202,6 +203,7 @@ W8(0) W8(1) W8(2) W8(3) W8(4) W8(5) W8(6) W8(7)
 static void (*const wraps[64])(void) = {W8(0) W8(1) W8(2) W8(3) W8(4) W8(5) W8(6) W8(7)};
 #undef W
 #undef W8
+// clang-format on
 
 int weft_test_run(int argc, char **argv, const char *suite, const weft_test *tests) {
   const char *only = argc > 1 ? argv[1] : NULL;

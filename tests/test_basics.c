@@ -8,7 +8,6 @@
 
 #include "harness.h"
 
-
 static void test_strerror(void) {
   CU_ASSERT_STRING_EQUAL(weft_strerror(0), "success");
   CU_ASSERT_STRING_EQUAL(weft_strerror(-ETIMEDOUT), "deadline passed");

@@ -254,7 +254,8 @@ static void *fiber_cpu_map(void *arg) {
 
 static void test_fiber_runs_cpu_map(void) {
   weft_future *fs[8];
-  for (int i = 0; i < 8; i++) CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, fiber_cpu_map, NULL, &fs[i]), 0);
+  for (int i = 0; i < 8; i++)
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, fiber_cpu_map, NULL, &fs[i]), 0);
   for (int i = 0; i < 8; i++) {
     void *r = NULL;
     CU_ASSERT_EQUAL(weft_future_get(fs[i], -1, &r), 0);
@@ -301,7 +302,8 @@ static void *fiber_own_region(void *arg) {
 
 static void test_fiber_opens_region(void) {
   weft_future *fs[4];
-  for (int i = 0; i < 4; i++) CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, fiber_own_region, NULL, &fs[i]), 0);
+  for (int i = 0; i < 4; i++)
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, fiber_own_region, NULL, &fs[i]), 0);
   for (int i = 0; i < 4; i++) {
     void *r = NULL;
     CU_ASSERT_EQUAL(weft_future_get(fs[i], -1, &r), 0);
@@ -342,7 +344,9 @@ static int snprintf_fn(void *ctx, size_t i) {
   return strcmp(buf, ref) == 0 && strtod(buf, NULL) > 0 ? 0 : 1;
 }
 
-static void test_libc_on_fiber_stacks(void) { CU_ASSERT_EQUAL(weft_pmap(64, snprintf_fn, NULL, &blocking), 0); }
+static void test_libc_on_fiber_stacks(void) {
+  CU_ASSERT_EQUAL(weft_pmap(64, snprintf_fn, NULL, &blocking), 0);
+}
 
 /* --- errno and thread-locals across parks (compiled at -O2 like the library) --------------------- */
 
@@ -359,7 +363,7 @@ static int errno_fn(void *ctx, size_t i) {
   for (int k = 0; k < 5; k++) {
     /* What weft's own calls leave in errno is unspecified; what other fibers do must not show. */
     errno = mine;
-    weft_yield(); /* other fibers run on this carrier and set errno meanwhile */
+    weft_yield();                /* other fibers run on this carrier and set errno meanwhile */
     if (errno != mine) return 1; /* each fiber has its own errno, as each thread does */
     if (*ep != mine) return 2;
     weft_sleep_ns(MS);

@@ -228,7 +228,8 @@ static void test_many(void) {
   for (int k = 0; k < 2; k++) {
     enum { N = 10000 };
     weft_future **fs = calloc(N, sizeof *fs);
-    for (intptr_t i = 0; i < N; i++) CU_ASSERT_EQUAL_FATAL(weft_future_start(kinds[k], twice, (void *)i, &fs[i]), 0);
+    for (intptr_t i = 0; i < N; i++)
+      CU_ASSERT_EQUAL_FATAL(weft_future_start(kinds[k], twice, (void *)i, &fs[i]), 0);
     size_t bad = 0;
     for (intptr_t i = N - 1; i >= 0; i--) {
       void *r;
@@ -285,7 +286,8 @@ static void test_nested_waits(void) {
   for (int outer = 0; outer < 2; outer++)
     for (int inner = 0; inner < 2; inner++) {
       weft_future *f;
-      CU_ASSERT_EQUAL_FATAL(weft_future_start(kinds[outer], inner_future, (void *)(intptr_t)kinds[inner], &f), 0);
+      CU_ASSERT_EQUAL_FATAL(weft_future_start(kinds[outer], inner_future, (void *)(intptr_t)kinds[inner], &f),
+                            0);
       void *r = NULL;
       CU_ASSERT_EQUAL(weft_future_get(f, -1, &r), 0);
       CU_ASSERT_EQUAL((intptr_t)r, 42);
@@ -303,7 +305,8 @@ static void test_inside_parallel_region(void) {
       weft_future *f;
       if (weft_future_start(kinds[k], twice, (void *)(intptr_t)(omp_get_thread_num() + 1), &f) == 0) {
         void *r;
-        if (weft_future_get(f, -1, &r) == 0 && (intptr_t)r == 2 * (omp_get_thread_num() + 1)) atomic_fetch_add(&ok, 1);
+        if (weft_future_get(f, -1, &r) == 0 && (intptr_t)r == 2 * (omp_get_thread_num() + 1))
+          atomic_fetch_add(&ok, 1);
         weft_future_free(f);
       }
     }

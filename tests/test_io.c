@@ -41,12 +41,12 @@ static void both_ways(void *(*fn)(void *), void *arg) {
   CU_ASSERT_EQUAL((intptr_t)fn(arg), 0);
 }
 
-#define CHECK(n, cond)                                                                                         \
-  do {                                                                                                         \
-    if (!(cond)) {                                                                                             \
-      fprintf(stderr, "\n  check %d failed: %s\n", (n), #cond);                                               \
-      return (void *)(intptr_t)(n);                                                                            \
-    }                                                                                                          \
+#define CHECK(n, cond)                                                                                       \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "\n  check %d failed: %s\n", (n), #cond);                                              \
+      return (void *)(intptr_t)(n);                                                                          \
+    }                                                                                                        \
   } while (0)
 
 /* --- sockets ---------------------------------------------------------------------------- */
@@ -170,8 +170,7 @@ static void test_tcp_accept_connect(void) {
   for (int mode = 0; mode < 3; mode++) {
     weft_future *srv = NULL, *cli = NULL;
     void *rs = NULL, *rc = NULL;
-    if (mode < 2)
-      CU_ASSERT_EQUAL(weft_future_start(WEFT_BLOCKING, tcp_server, &t, &srv), 0);
+    if (mode < 2) CU_ASSERT_EQUAL(weft_future_start(WEFT_BLOCKING, tcp_server, &t, &srv), 0);
     if (mode != 1) CU_ASSERT_EQUAL(weft_future_start(WEFT_BLOCKING, tcp_client, &t, &cli), 0);
     if (mode == 1) rc = tcp_client(&t);
     if (mode == 2) rs = tcp_server(&t);

@@ -210,7 +210,8 @@ static int team_fn(void *ctx, size_t i) {
   (void)i;
   team_check *t = ctx;
   atomic_fetch_add(&t->calls, 1);
-  if (omp_get_level() != t->level || omp_get_team_size(t->level) != t->team_size) atomic_fetch_add(&t->bad_level, 1);
+  if (omp_get_level() != t->level || omp_get_team_size(t->level) != t->team_size)
+    atomic_fetch_add(&t->bad_level, 1);
   pid_t me = gettid_();
   bool found = false;
   for (int k = 0; k < t->team_size; k++) found |= t->team_tids[k] == me;

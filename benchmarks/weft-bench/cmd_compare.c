@@ -57,9 +57,9 @@ static const wb_opt compare_opts[] = {
 };
 
 /* What identifies a measurement: the same values in both files means the same experiment. */
-static const char *const key_fields[] = {"bench",       "case",        "backend",  "jobs",        "sleep_ms",
-                                         "loops",       "items",       "requests", "concurrency", "keepalive",
-                                         "connections", "messages",    "size",     "fibers"};
+static const char *const key_fields[] = {"bench",       "case",     "backend",  "jobs",        "sleep_ms",
+                                         "loops",       "items",    "requests", "concurrency", "keepalive",
+                                         "connections", "messages", "size",     "fibers"};
 #define NKEYS (sizeof key_fields / sizeof key_fields[0])
 
 typedef struct entry {

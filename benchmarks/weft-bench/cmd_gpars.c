@@ -81,10 +81,17 @@ enum {
 };
 
 static const wb_opt gpars_opts[] = {
-    {"help", false, OPT_HELP}, {"case", true, OPT_CASE},       {"loops", true, OPT_LOOPS},
-    {"size", true, OPT_SIZE},  {"backend", true, OPT_BACKEND}, {"threads", true, OPT_THREADS},
-    {"seed", true, OPT_SEED},  {"repeat", true, OPT_REPEAT},   {"json", false, OPT_JSON},
-    {"url", true, OPT_URL},    {NULL, false, 0},
+    {"help", false, OPT_HELP},
+    {"case", true, OPT_CASE},
+    {"loops", true, OPT_LOOPS},
+    {"size", true, OPT_SIZE},
+    {"backend", true, OPT_BACKEND},
+    {"threads", true, OPT_THREADS},
+    {"seed", true, OPT_SEED},
+    {"repeat", true, OPT_REPEAT},
+    {"json", false, OPT_JSON},
+    {"url", true, OPT_URL},
+    {NULL, false, 0},
 };
 
 static const gpars_case *const cases[] = {&wb_gpars_math, &wb_gpars_files, &wb_gpars_http};
@@ -397,9 +404,9 @@ int wb_cmd_gpars(int argc, char **argv) {
   snprintf(seed_s, sizeof seed_s, "%lld", (long long)seed);
   snprintf(threads_s, sizeof threads_s, "%lld", (long long)threads);
   snprintf(repeat_s, sizeof repeat_s, "%lld", (long long)repeat);
-  char *args[18] = {"gpars", "--case",    (char *)gc->name, "--loops",   loops_s,   "--size",
-                    size_s,  "--backend", blist.s,          "--threads", threads_s, "--seed",
-                    seed_s,  "--repeat",  repeat_s};
+  char *args[18] = {"gpars",   "--case", (char *)gc->name, "--loops",  loops_s,
+                    "--size",  size_s,   "--backend",      blist.s,    "--threads",
+                    threads_s, "--seed", seed_s,           "--repeat", repeat_s};
   size_t nargs = 15;
   if (url) {
     args[nargs++] = "--url";

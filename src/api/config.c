@@ -17,8 +17,8 @@
 #include "settings.h"
 
 #define DEFAULT_STACK_SIZE (256 * 1024)
-#define MIN_STACK_SIZE (16 * 1024)
-#define MAX_STACK_SIZE (1024 * 1024 * 1024)
+#define MIN_STACK_SIZE     (16 * 1024)
+#define MAX_STACK_SIZE     (1024 * 1024 * 1024)
 
 /* What weft_configure set; zero fields take the environment or the default. */
 static pthread_mutex_t cfg_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -33,20 +33,20 @@
 enum { F_PENDING, F_RUNNING, F_DONE, F_CANCELLED, F_FAILED };
 
 struct weft_future {
-  _Atomic uint32_t state;     /* F_*: see the diagram above */
-  atomic_uint refs;           /* the handle's and the runner's */
-  atomic_bool on_cpu;         /* runs on the CPU path (a CPU future, or a BLOCKING one that fell back);
-                                 a hint for getters that may help: relaxed */
-  bool cancel_requested;      /* weft_future_cancel on a running future: guarded by lock */
+  _Atomic uint32_t state; /* F_*: see the diagram above */
+  atomic_uint refs;       /* the handle's and the runner's */
+  atomic_bool on_cpu;     /* runs on the CPU path (a CPU future, or a BLOCKING one that fell back);
+                             a hint for getters that may help: relaxed */
+  bool cancel_requested;  /* weft_future_cancel on a running future: guarded by lock */
   weft_task_fn fn;
   void *arg;
-  void *result;               /* fn's result: written before DONE is published */
-  struct weft__scope *scope;  /* the starter's scoped bindings, seen by fn: one reference, held until freed */
-  weft__lock lock;            /* guards waiters, run_tc, cancel_requested */
-  weft__waitlist waiters;     /* getters waiting for the result */
-  weft__tctx *run_tc;         /* the running context's record, for cancellation; NULL when not running */
-  weft__job job;              /* the CPU path's task */
-  weft__fiber fiber;          /* the fiber path's fiber */
+  void *result;              /* fn's result: written before DONE is published */
+  struct weft__scope *scope; /* the starter's scoped bindings, seen by fn: one reference, held until freed */
+  weft__lock lock;           /* guards waiters, run_tc, cancel_requested */
+  weft__waitlist waiters;    /* getters waiting for the result */
+  weft__tctx *run_tc;        /* the running context's record, for cancellation; NULL when not running */
+  weft__job job;             /* the CPU path's task */
+  weft__fiber fiber;         /* the fiber path's fiber */
 };
 
 /* --- debug checks: a registry of live handles ------------------------------- */
@@ -58,7 +58,9 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static uintptr_t *reg_slots;
 static size_t reg_cap, reg_len;
 
-static size_t reg_hash(uintptr_t p, size_t cap) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1); }
+static size_t reg_hash(uintptr_t p, size_t cap) {
+  return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+}
 
 static bool reg_insert_locked(uintptr_t p);
 
@@ -115,9 +117,10 @@ static bool reg_find(const weft_future *f, bool remove) {
   return found;
 }
 
-#define CHECK_LIVE(f, who)                                                                                     \
-  do {                                                                                                         \
-    if (!reg_find((f), false)) weft__die("%s: %p is not a live future (freed already?)", (who), (void *)(f)); \
+#define CHECK_LIVE(f, who)                                                                                   \
+  do {                                                                                                       \
+    if (!reg_find((f), false))                                                                               \
+      weft__die("%s: %p is not a live future (freed already?)", (who), (void *)(f));                         \
   } while (0)
 #else
 #define CHECK_LIVE(f, who) ((void)0)

@@ -25,25 +25,26 @@ typedef struct weft__job {
   void (*run)(struct weft__job *j); /* runs once on a CPU worker; may free j */
   struct weft__job *next;           /* queue link, owned by the queue that holds the job */
   struct weft__job *prev;
-  bool queued;                      /* in the pool's queue (cpu_pool.c): guarded by its lock */
+  bool queued; /* in the pool's queue (cpu_pool.c): guarded by its lock */
 } weft__job;
 
 /* The state of one parallel map, shared by everything that runs its indices. */
 typedef struct weft__range {
   weft_index_fn fn;
   void *ctx;
-  size_t n;              /* indices are [0, n) */
-  size_t grain;          /* indices per claim; 0: guided (shrinking chunks) */
-  size_t max_workers;    /* most contexts running indices at once; 0: no bound */
-  size_t workers;        /* contexts expected to claim, for guided chunk sizes */
-  WEFT__ALIGNED_CL atomic_size_t next; /* next unclaimed index: contended, on its own line */
+  size_t n;                             /* indices are [0, n) */
+  size_t grain;                         /* indices per claim; 0: guided (shrinking chunks) */
+  size_t max_workers;                   /* most contexts running indices at once; 0: no bound */
+  size_t workers;                       /* contexts expected to claim, for guided chunk sizes */
+  WEFT__ALIGNED_CL atomic_size_t next;  /* next unclaimed index: contended, on its own line */
   WEFT__ALIGNED_CL weft__lock err_lock; /* guards err_index and err */
-  size_t err_index;      /* lowest index whose call failed, or SIZE_MAX */
-  int err;               /* what that call returned */
-  struct weft__scope *scope; /* the caller's innermost scoped binding: every element sees it */
+  size_t err_index;                     /* lowest index whose call failed, or SIZE_MAX */
+  int err;                              /* what that call returned */
+  struct weft__scope *scope;            /* the caller's innermost scoped binding: every element sees it */
 } weft__range;
 
-void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain, size_t max_workers);
+void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain,
+                      size_t max_workers);
 
 /*
  * Claim the next chunk: returns how many indices were claimed (0 when none

@@ -58,15 +58,15 @@
  */
 static char task_memory_reuse;
 #define TASK_COPIES_DONE() WEFT__TSAN_RELEASE(&task_memory_reuse)
-#define TASK_CREATE() WEFT__TSAN_ACQUIRE(&task_memory_reuse)
+#define TASK_CREATE()      WEFT__TSAN_ACQUIRE(&task_memory_reuse)
 
 /* Present only when the runtime is LLVM's libomp. */
 extern void __kmpc_fork_call(void *loc, int argc, void *microtask, ...) __attribute__((weak));
 
 static struct {
-  pthread_mutex_t mu;     /* guards the fields below, but `active` */
-  pthread_cond_t cv;      /* the host thread and the dispatcher wait here */
-  weft__job *head;        /* queued jobs, FIFO */
+  pthread_mutex_t mu; /* guards the fields below, but `active` */
+  pthread_cond_t cv;  /* the host thread and the dispatcher wait here */
+  weft__job *head;    /* queued jobs, FIFO */
   weft__job *tail;
   bool thread_started;    /* the host thread exists (until shutdown joins it) */
   bool stopping;          /* weft__cpu_shutdown is waiting for the queue to drain */
@@ -76,7 +76,7 @@ static struct {
   pthread_cond_t idle_cv; /* shutdown waits here for idle (libomp) */
   bool cv_ready;          /* cv was initialised with CLOCK_MONOTONIC */
   pthread_t thread;
-  atomic_size_t active;   /* jobs made tasks and not yet finished */
+  atomic_size_t active; /* jobs made tasks and not yet finished */
 } host = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Set in a child forked from a libgomp process: OpenMP is unusable there. */
@@ -246,7 +246,7 @@ static void *host_main(void *arg) {
     {
       tls_in_host = true;
       if (omp_get_thread_num() == 0) dispatch(omp_get_num_threads() == 1);
-      /* Every task has run once the dispatcher is through this barrier. */
+        /* Every task has run once the dispatcher is through this barrier. */
 #pragma omp barrier
       tls_in_host = false;
     }

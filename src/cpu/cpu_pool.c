@@ -28,11 +28,13 @@ static struct {
   pthread_cond_t done_cv; /* maps wait here for their helpers */
   weft__job *head;        /* queued jobs, FIFO, doubly linked so a map can take its helpers back */
   weft__job *tail;
-  unsigned started;       /* worker threads running */
-  unsigned idle;          /* workers waiting on work_cv */
-  bool stopping;          /* shutdown: workers leave once the queue is empty */
+  unsigned started; /* worker threads running */
+  unsigned idle;    /* workers waiting on work_cv */
+  bool stopping;    /* shutdown: workers leave once the queue is empty */
   pthread_t threads[POOL_MAX_THREADS];
-} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .work_cv = PTHREAD_COND_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER};
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
+          .work_cv = PTHREAD_COND_INITIALIZER,
+          .done_cv = PTHREAD_COND_INITIALIZER};
 
 static __thread bool tls_worker;
 

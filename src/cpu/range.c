@@ -6,7 +6,8 @@
 
 #include "../sync/wait.h"
 
-void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain, size_t max_workers) {
+void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain,
+                      size_t max_workers) {
   r->fn = fn;
   r->ctx = ctx;
   r->n = n;

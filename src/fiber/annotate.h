@@ -17,7 +17,7 @@
 #define WEFT__ASAN_FINISH(save) __sanitizer_finish_switch_fiber((save), NULL, NULL)
 #else
 #define WEFT__ASAN_START(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
-#define WEFT__ASAN_FINISH(save) ((void)(save))
+#define WEFT__ASAN_FINISH(save)              ((void)(save))
 #endif
 
 #ifdef WEFT_TSAN
@@ -25,18 +25,18 @@
 /* A happens-before edge from every release to every later acquire of addr. */
 #define WEFT__TSAN_RELEASE(addr) __tsan_release(addr)
 #define WEFT__TSAN_ACQUIRE(addr) __tsan_acquire(addr)
-#define WEFT__TSAN_CURRENT() __tsan_get_current_fiber()
-#define WEFT__TSAN_CREATE() __tsan_create_fiber(0)
-#define WEFT__TSAN_DESTROY(f) __tsan_destroy_fiber(f)
+#define WEFT__TSAN_CURRENT()     __tsan_get_current_fiber()
+#define WEFT__TSAN_CREATE()      __tsan_create_fiber(0)
+#define WEFT__TSAN_DESTROY(f)    __tsan_destroy_fiber(f)
 /* Immediately before the switch; flags 0: the switch orders everything before it. */
 #define WEFT__TSAN_SWITCH(f) __tsan_switch_to_fiber((f), 0)
 #else
 #define WEFT__TSAN_RELEASE(addr) ((void)(addr))
 #define WEFT__TSAN_ACQUIRE(addr) ((void)(addr))
-#define WEFT__TSAN_CURRENT() NULL
-#define WEFT__TSAN_CREATE() NULL
-#define WEFT__TSAN_DESTROY(f) ((void)(f))
-#define WEFT__TSAN_SWITCH(f) ((void)(f))
+#define WEFT__TSAN_CURRENT()     NULL
+#define WEFT__TSAN_CREATE()      NULL
+#define WEFT__TSAN_DESTROY(f)    ((void)(f))
+#define WEFT__TSAN_SWITCH(f)     ((void)(f))
 #endif
 
 #endif /* WEFT_FIBER_ANNOTATE_H */

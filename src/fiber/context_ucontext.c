@@ -9,10 +9,10 @@
  *  - A context is a ucontext_t, not a frame of registers. A made context
  *    keeps its record (struct uctx below: about 1 KiB on x86-64, 4.5 KiB on
  *    AArch64) at the top of its own stack, so the "stack pointer" that names
- *    it is the address of that record, and it never moves. A stack that was not made here (a thread's own stack, such
- *    as a carrier's scheduler loop) has nowhere of its own to keep a record:
- *    the first time it switches away, it is saved in a record in
- *    thread-local storage, `native`, and later switches reuse that record.
+ *    it is the address of that record, and it never moves. A stack that was not made here (a thread's own
+ * stack, such as a carrier's scheduler loop) has nowhere of its own to keep a record: the first time it
+ * switches away, it is saved in a record in thread-local storage, `native`, and later switches reuse that
+ * record.
  *
  *  - swapcontext saves and restores the signal mask with a system call, so a
  *    switch costs far more than the assembly one, and the signal mask

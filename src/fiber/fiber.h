@@ -32,26 +32,26 @@ typedef struct weft__fiber_ops {
  */
 typedef struct weft__fiber {
   const weft__fiber_ops *ops;
-  void *arg;                   /* the owner's: the future or pmap job */
+  void *arg; /* the owner's: the future or pmap job */
   /* --- scheduler-owned --- */
-  void *sp;                    /* saved stack pointer while switched out (context.h) */
-  struct weft__carrier *home;  /* carrier it started on; never changes after */
-  struct weft__fiber *next;    /* run-queue link: owned by whichever queue holds the fiber */
-  void *stack_base;            /* lowest usable address; NULL until the first run */
-  size_t stack_size;           /* usable bytes */
-  void *stack_cookie;          /* the stack allocator's handle */
-  uint64_t id;                 /* for messages: stack overflow, pinning trace */
-  const void *spawn_site;      /* return address in the code that started it (pinning trace) */
-  int64_t timer_deadline;      /* armed timer, or 0 */
-  size_t timer_slot;           /* index in home's timer heap while armed; SIZE_MAX: in the overflow list */
-  struct weft__fiber *tnext;   /* overflow list links (a timer the heap had no memory for) */
+  void *sp;                   /* saved stack pointer while switched out (context.h) */
+  struct weft__carrier *home; /* carrier it started on; never changes after */
+  struct weft__fiber *next;   /* run-queue link: owned by whichever queue holds the fiber */
+  void *stack_base;           /* lowest usable address; NULL until the first run */
+  size_t stack_size;          /* usable bytes */
+  void *stack_cookie;         /* the stack allocator's handle */
+  uint64_t id;                /* for messages: stack overflow, pinning trace */
+  const void *spawn_site;     /* return address in the code that started it (pinning trace) */
+  int64_t timer_deadline;     /* armed timer, or 0 */
+  size_t timer_slot;          /* index in home's timer heap while armed; SIZE_MAX: in the overflow list */
+  struct weft__fiber *tnext;  /* overflow list links (a timer the heap had no memory for) */
   struct weft__fiber *tprev;
-  weft__waiter *timer_waiter;  /* resolved TIMEDOUT when the timer fires */
-  int64_t run_since;           /* when the current slice began (pinning monitor), 0 when parked */
-  uint32_t flags;              /* WEFT__FIBER_* */
-  void *san_fake_stack;        /* AddressSanitizer's fake-stack handle across a switch */
-  void *san_tsan_fiber;        /* ThreadSanitizer's fiber handle */
-  weft__tctx tc;               /* cancellation, scope and locals of the work it runs */
+  weft__waiter *timer_waiter; /* resolved TIMEDOUT when the timer fires */
+  int64_t run_since;          /* when the current slice began (pinning monitor), 0 when parked */
+  uint32_t flags;             /* WEFT__FIBER_* */
+  void *san_fake_stack;       /* AddressSanitizer's fake-stack handle across a switch */
+  void *san_tsan_fiber;       /* ThreadSanitizer's fiber handle */
+  weft__tctx tc;              /* cancellation, scope and locals of the work it runs */
 } weft__fiber;
 
 enum {

@@ -199,7 +199,9 @@ weft__fiber *weft__fiber_self(void) {
   return c ? c->current : NULL;
 }
 
-bool weft__fibers_running(void) { return atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING; }
+bool weft__fibers_running(void) {
+  return atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING;
+}
 
 unsigned weft_carrier_count(void) {
   return weft__fibers_running() ? atomic_load_explicit(&rt.nrunning, memory_order_relaxed) : 0;
@@ -588,7 +590,8 @@ static weft__fiber *take_global(weft__carrier *c) {
 /* Take half of another carrier's unstarted fibers. */
 static weft__fiber *steal(weft__carrier *c) {
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  unsigned start = (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
+  unsigned start =
+      (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
   for (unsigned k = 0; k < n; k++) {
     weft__carrier *v = rt.carriers[(start + k) % n];
     if (v == c || atomic_load_explicit(&v->spawn_len, memory_order_relaxed) == 0) continue;
@@ -820,7 +823,8 @@ void weft__carriers_reap_locked(void) {
 size_t weft__unstarted_count(void) {
   size_t u = atomic_load_explicit(&rt.gq_len, memory_order_relaxed);
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  for (unsigned i = 0; i < n; i++) u += atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed);
+  for (unsigned i = 0; i < n; i++)
+    u += atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed);
   return u;
 }
 
@@ -909,7 +913,8 @@ int weft__fibers_start(void) {
 fail:
   if (!rt.warned_fallback) {
     rt.warned_fallback = true;
-    weft__warn("the fiber runtime could not start (%s); blocking work runs on the CPU path", weft_strerror(rc));
+    weft__warn("the fiber runtime could not start (%s); blocking work runs on the CPU path",
+               weft_strerror(rc));
   }
 out:
   pthread_mutex_unlock(&rt.mu);

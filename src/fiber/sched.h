@@ -25,73 +25,73 @@ enum { WEFT__AFTER_PARK = 0, WEFT__AFTER_YIELD, WEFT__AFTER_EXIT };
 
 typedef struct weft__carrier {
   /* --- owner only (the carrier thread) --- */
-  void *sched_sp;            /* the scheduler's saved stack pointer while a fiber runs */
-  weft__fiber *current;      /* the running fiber, NULL in the scheduler; read by other threads
-                                only through the pinning monitor's slice_start */
-  weft__fq ready;            /* started fibers that may run */
-  weft__fq yielded;          /* fibers that yielded: they run after everything else runnable */
-  weft__fiber **heap;        /* timer min-heap by timer_deadline */
+  void *sched_sp;       /* the scheduler's saved stack pointer while a fiber runs */
+  weft__fiber *current; /* the running fiber, NULL in the scheduler; read by other threads
+                           only through the pinning monitor's slice_start */
+  weft__fq ready;       /* started fibers that may run */
+  weft__fq yielded;     /* fibers that yielded: they run after everything else runnable */
+  weft__fiber **heap;   /* timer min-heap by timer_deadline */
   size_t heap_len, heap_cap;
-  weft__fiber *toverflow;    /* timers armed when the heap could not grow: an unsorted list */
-  int after;                 /* WEFT__AFTER_* of the fiber that just switched back */
-  uint64_t tick;             /* scheduling rounds, for fairness */
-  uint64_t rand;             /* steal-victim choice */
-  size_t homed;              /* started fibers whose home this is */
-  void *asan_fake;           /* AddressSanitizer's fake stack of the scheduler, across a switch */
-  void *native_bottom;       /* the carrier thread's own stack, for AddressSanitizer */
+  weft__fiber *toverflow; /* timers armed when the heap could not grow: an unsorted list */
+  int after;              /* WEFT__AFTER_* of the fiber that just switched back */
+  uint64_t tick;          /* scheduling rounds, for fairness */
+  uint64_t rand;          /* steal-victim choice */
+  size_t homed;           /* started fibers whose home this is */
+  void *asan_fake;        /* AddressSanitizer's fake stack of the scheduler, across a switch */
+  void *native_bottom;    /* the carrier thread's own stack, for AddressSanitizer */
   size_t native_size;
-  void *tsan_self;           /* ThreadSanitizer's handle of the carrier thread */
+  void *tsan_self; /* ThreadSanitizer's handle of the carrier thread */
   unsigned id;
-  bool extra;                /* a compensation carrier (pinning): retires when idle with no fibers */
-  int64_t idle_since;        /* extra carriers: when the carrier last ran out of work, 0 when busy */
+  bool extra;         /* a compensation carrier (pinning): retires when idle with no fibers */
+  int64_t idle_since; /* extra carriers: when the carrier last ran out of work, 0 when busy */
   pthread_t thread;
 
   /* --- shared --- */
   WEFT__ALIGNED_CL weft__lock spawn_lock; /* guards spawn */
-  weft__fq spawn;            /* unstarted fibers: owner and thieves, under spawn_lock */
-  atomic_size_t spawn_len;   /* spawn.len, readable without the lock (a hint) */
+  weft__fq spawn;                         /* unstarted fibers: owner and thieves, under spawn_lock */
+  atomic_size_t spawn_len;                /* spawn.len, readable without the lock (a hint) */
   WEFT__ALIGNED_CL weft__lock inbox_lock; /* guards inbox */
-  weft__fq inbox;            /* fibers readied by other threads */
-  atomic_size_t inbox_len;   /* inbox.len, readable without the lock (a hint) */
-  WEFT__ALIGNED_CL weft__poller poller; /* where the carrier sleeps */
-  _Atomic int64_t slice_start; /* when the running fiber was switched in; 0 in the scheduler
-                                  (written by the owner, read by the pinning monitor) */
-  atomic_uint_fast64_t slice_fiber; /* id of that fiber (for the monitor) */
-  atomic_bool pinned;        /* set by the monitor when the slice passed the threshold; the owner
-                                reports and clears it when the fiber switches back */
-  atomic_int status;         /* WEFT__C_RUNNING, _RETIRED (thread ending, to be joined), _JOINED */
+  weft__fq inbox;                         /* fibers readied by other threads */
+  atomic_size_t inbox_len;                /* inbox.len, readable without the lock (a hint) */
+  WEFT__ALIGNED_CL weft__poller poller;   /* where the carrier sleeps */
+  _Atomic int64_t slice_start;            /* when the running fiber was switched in; 0 in the scheduler
+                                             (written by the owner, read by the pinning monitor) */
+  atomic_uint_fast64_t slice_fiber;       /* id of that fiber (for the monitor) */
+  atomic_bool pinned;                     /* set by the monitor when the slice passed the threshold; the owner
+                                             reports and clears it when the fiber switches back */
+  atomic_int status; /* WEFT__C_RUNNING, _RETIRED (thread ending, to be joined), _JOINED */
 } weft__carrier;
 
 enum { WEFT__C_RUNNING = 0, WEFT__C_RETIRED = 1, WEFT__C_JOINED = 2 };
 
 typedef struct weft__rt {
-  pthread_mutex_t mu;        /* guards start, stop and the carriers array's growth */
-  pthread_cond_t quiesce_cv; /* shutdown waits here for live == 0 */
-  atomic_int state;          /* RT_STOPPED, RT_RUNNING, RT_STOPPING (no new spawns) */
-  atomic_bool exit;          /* carriers leave their loop (shutdown, after live reached 0) */
-  weft__settings settings;   /* resolved at start */
-  weft__carrier **carriers;  /* cap slots; the first ncarriers are valid */
-  unsigned cap;              /* max_carriers */
-  atomic_uint ncarriers;     /* carriers created (published with release) */
-  atomic_uint nrunning;      /* carriers running (weft_carrier_count) */
-  atomic_uint nspinning;     /* carriers looking for work right now */
-  WEFT__ALIGNED_CL weft__lock gq_lock; /* guards gq */
-  weft__fq gq;               /* fibers spawned by threads that are not carriers */
-  atomic_size_t gq_len;      /* gq.len, readable without the lock */
+  pthread_mutex_t mu;                         /* guards start, stop and the carriers array's growth */
+  pthread_cond_t quiesce_cv;                  /* shutdown waits here for live == 0 */
+  atomic_int state;                           /* RT_STOPPED, RT_RUNNING, RT_STOPPING (no new spawns) */
+  atomic_bool exit;                           /* carriers leave their loop (shutdown, after live reached 0) */
+  weft__settings settings;                    /* resolved at start */
+  weft__carrier **carriers;                   /* cap slots; the first ncarriers are valid */
+  unsigned cap;                               /* max_carriers */
+  atomic_uint ncarriers;                      /* carriers created (published with release) */
+  atomic_uint nrunning;                       /* carriers running (weft_carrier_count) */
+  atomic_uint nspinning;                      /* carriers looking for work right now */
+  WEFT__ALIGNED_CL weft__lock gq_lock;        /* guards gq */
+  weft__fq gq;                                /* fibers spawned by threads that are not carriers */
+  atomic_size_t gq_len;                       /* gq.len, readable without the lock */
   WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done */
-  atomic_bool quiesce_waiting; /* shutdown waits for live == 0 */
+  atomic_bool quiesce_waiting;                /* shutdown waits for live == 0 */
   atomic_uint_fast64_t spawned;
   atomic_uint_fast64_t steals;
   atomic_uint_fast64_t next_id;
-  pthread_t monitor;         /* the pinning monitor's thread (monitor.c) */
-  bool monitor_running;      /* under mu */
+  pthread_t monitor;          /* the pinning monitor's thread (monitor.c) */
+  bool monitor_running;       /* under mu */
   pthread_mutex_t monitor_mu; /* guards monitor_stop and monitor_parked's wake-up */
   pthread_cond_t monitor_cv;  /* the monitor sleeps here between looks */
-  bool monitor_stop;         /* under monitor_mu */
+  bool monitor_stop;          /* under monitor_mu */
   atomic_bool monitor_parked; /* the monitor sleeps until a carrier runs a fiber */
-  atomic_uint nextra;        /* compensation carriers running */
-  bool warned_fewer;         /* said once that fewer carriers started */
-  bool warned_fallback;      /* said once that fibers could not start */
+  atomic_uint nextra;         /* compensation carriers running */
+  bool warned_fewer;          /* said once that fewer carriers started */
+  bool warned_fallback;       /* said once that fibers could not start */
 } weft__rt;
 
 extern weft__rt weft__rt_state;

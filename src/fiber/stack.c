@@ -183,16 +183,16 @@ static struct {
   int64_t exited_delta;         /* deltas of threads that have exited */
   _Atomic int64_t orphan_delta; /* deltas counted by threads without a registered cache */
   /* Configuration: written by init and fini only, while no other thread uses the allocator. */
-  _Atomic unsigned gen; /* generation: bumped by every init and fini */
-  atomic_bool ready;    /* between init and fini */
-  size_t size;          /* usable bytes per stack */
-  size_t guard;         /* guard bytes per stack */
-  size_t cache_max;     /* bound of each thread cache */
-  size_t batch;         /* stacks moved per transfer between a cache and the pool */
-  size_t pool_max;      /* what the global pool keeps once trimmed */
+  _Atomic unsigned gen;  /* generation: bumped by every init and fini */
+  atomic_bool ready;     /* between init and fini */
+  size_t size;           /* usable bytes per stack */
+  size_t guard;          /* guard bytes per stack */
+  size_t cache_max;      /* bound of each thread cache */
+  size_t batch;          /* stacks moved per transfer between a cache and the pool */
+  size_t pool_max;       /* what the global pool keeps once trimmed */
   _Atomic size_t excess; /* pool.n - pool_max when positive: a hint for weft__stack_excess */
-  int method;           /* GUARD_*: the method new stacks get */
-  bool nohuge;          /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
+  int method;            /* GUARD_*: the method new stacks get */
+  bool nohuge;           /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
   /* Counters. */
   _Atomic size_t mapped;     /* stacks mapped now */
   _Atomic size_t n_mprotect; /* of which guarded by mprotect: each spends mappings */
@@ -406,7 +406,8 @@ static void pool_put(stack_rec *list) {
       stale = s;
     }
   }
-  atomic_store_explicit(&pool.excess, pool.n > pool.pool_max ? pool.n - pool.pool_max : 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.excess, pool.n > pool.pool_max ? pool.n - pool.pool_max : 0,
+                        memory_order_relaxed);
   pthread_mutex_unlock(&pool.lock);
   unmap_list(stale);
 }

@@ -118,8 +118,7 @@ typedef struct file_op {
 static void *file_op_run(void *arg) {
   file_op *op = arg;
   ssize_t r;
-  do
-    r = op->write ? write(op->fd, op->buf, op->len) : read(op->fd, op->buf, op->len);
+  do r = op->write ? write(op->fd, op->buf, op->len) : read(op->fd, op->buf, op->len);
   while (r < 0 && errno == EINTR);
   return (void *)(intptr_t)(r < 0 ? -errno : r);
 }
@@ -229,8 +228,7 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadl
     }
     if (w < 0) return w;
     int c;
-    do
-      c = accept4(fd, addr, addrlen, SOCK_CLOEXEC);
+    do c = accept4(fd, addr, addrlen, SOCK_CLOEXEC);
     while (c < 0 && errno == EINTR);
     if (c >= 0) {
       weft__fiber *self = weft__parkable_self();

@@ -78,7 +78,9 @@ void weft__poller_prepare_sleep(weft__poller *p) {
   atomic_thread_fence(memory_order_seq_cst);
 }
 
-void weft__poller_cancel_sleep(weft__poller *p) { atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed); }
+void weft__poller_cancel_sleep(weft__poller *p) {
+  atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed);
+}
 
 void weft__poller_wake(weft__poller *p) {
   atomic_thread_fence(memory_order_seq_cst);
@@ -120,8 +122,10 @@ static int arm(weft__poller *p, int fd, weft__fdwait *s) {
   int op = s->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
   int rc = weft__epoll_ctl(p->epfd, op, fd, &e);
   /* The hint was stale: the descriptor was closed (and maybe reopened) since. */
-  if (rc == -ENOENT && op == EPOLL_CTL_MOD) rc = weft__epoll_ctl(p->epfd, op = EPOLL_CTL_ADD, fd, &e);
-  else if (rc == -EEXIST && op == EPOLL_CTL_ADD) rc = weft__epoll_ctl(p->epfd, op = EPOLL_CTL_MOD, fd, &e);
+  if (rc == -ENOENT && op == EPOLL_CTL_MOD)
+    rc = weft__epoll_ctl(p->epfd, op = EPOLL_CTL_ADD, fd, &e);
+  else if (rc == -EEXIST && op == EPOLL_CTL_ADD)
+    rc = weft__epoll_ctl(p->epfd, op = EPOLL_CTL_MOD, fd, &e);
   s->registered = rc == 0;
   return rc;
 }

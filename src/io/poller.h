@@ -20,20 +20,20 @@
 
 /* The waiters of one descriptor on one carrier. */
 typedef struct weft__fdwait {
-  weft__waiter *rd;  /* waiting to read (POLLIN), or NULL */
-  weft__waiter *wr;  /* waiting to write (POLLOUT), or NULL */
-  bool registered;   /* added to this poller's epoll (a hint: close() removes it) */
+  weft__waiter *rd; /* waiting to read (POLLIN), or NULL */
+  weft__waiter *wr; /* waiting to write (POLLOUT), or NULL */
+  bool registered;  /* added to this poller's epoll (a hint: close() removes it) */
 } weft__fdwait;
 
 typedef struct weft__poller {
-  int epfd;              /* the epoll instance */
-  int wakefd;            /* an eventfd that other threads write to wake the carrier */
-  atomic_int sleeping;   /* 1 while the owner is in (or entering) its wait: wakers write only then */
-  bool has_pwait2;       /* epoll_pwait2 (nanosecond timeouts) works here */
-  weft__fdwait *fds;     /* indexed by descriptor: owner only */
-  size_t nfds;           /* entries in fds */
-  size_t waiting;        /* descriptor waits armed now: owner only */
-  void *uring;           /* the carrier's io_uring (uring.c), or NULL */
+  int epfd;            /* the epoll instance */
+  int wakefd;          /* an eventfd that other threads write to wake the carrier */
+  atomic_int sleeping; /* 1 while the owner is in (or entering) its wait: wakers write only then */
+  bool has_pwait2;     /* epoll_pwait2 (nanosecond timeouts) works here */
+  weft__fdwait *fds;   /* indexed by descriptor: owner only */
+  size_t nfds;         /* entries in fds */
+  size_t waiting;      /* descriptor waits armed now: owner only */
+  void *uring;         /* the carrier's io_uring (uring.c), or NULL */
 } weft__poller;
 
 /* Open the poller. 0 or -errno (nothing is left open on failure). */

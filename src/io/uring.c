@@ -57,10 +57,10 @@ typedef struct ring {
 } ring;
 
 typedef struct uop {
-  weft__waiter w;          /* the fiber waits here for the completion */
-  int32_t res;             /* the completion's result */
-  bool done;               /* the completion was reaped */
-  bool reaping;            /* the fiber's wait ended otherwise; it parks until done */
+  weft__waiter w; /* the fiber waits here for the completion */
+  int32_t res;    /* the completion's result */
+  bool done;      /* the completion was reaped */
+  bool reaping;   /* the fiber's wait ended otherwise; it parks until done */
   weft__fiber *fiber;
   struct __kernel_timespec ts; /* the deadline of the linked timeout: read by the kernel at submission */
 } uop;

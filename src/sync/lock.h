@@ -16,7 +16,8 @@ typedef struct weft__lock {
   atomic_uint held; /* 0 free, 1 held */
 } weft__lock;
 
-#define WEFT__LOCK_INIT {0}
+#define WEFT__LOCK_INIT                                                                                      \
+  { 0 }
 
 static inline void weft__lock_init(weft__lock *l) { atomic_init(&l->held, 0); }
 

@@ -30,14 +30,14 @@ enum {
 };
 
 typedef struct weft__waiter {
-  _Atomic uint32_t state;      /* WEFT__W_*: leaves WAITING once, by CAS; the futex word for threads */
-  bool cancellable;            /* may weft_future_cancel end this wait? */
-  bool queued;                 /* on a wait list: owned by the object's lock */
-  struct weft__fiber *fiber;   /* the waiting fiber, or NULL for an OS thread */
-  struct weft__waiter *next;   /* wait-list links: owned by the object's lock */
+  _Atomic uint32_t state;    /* WEFT__W_*: leaves WAITING once, by CAS; the futex word for threads */
+  bool cancellable;          /* may weft_future_cancel end this wait? */
+  bool queued;               /* on a wait list: owned by the object's lock */
+  struct weft__fiber *fiber; /* the waiting fiber, or NULL for an OS thread */
+  struct weft__waiter *next; /* wait-list links: owned by the object's lock */
   struct weft__waiter *prev;
-  void *data;                  /* for the primitive: a channel's element buffer, say */
-  uintptr_t aux;               /* for the primitive: a count, a flag */
+  void *data;    /* for the primitive: a channel's element buffer, say */
+  uintptr_t aux; /* for the primitive: a count, a flag */
 } weft__waiter;
 
 /*
