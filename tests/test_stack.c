@@ -868,7 +868,7 @@ static void test_fault_each(void) {
     if (k == 0 && !kernel_has_madv_guard()) continue;
     fault_each_mode = modes[k];
     check_no_leak(scenario_each, weft_test_slow_env() ? 2 : 8);
-    CU_ASSERT(fault_each_points >= 16); /* at least each stack's mmap and malloc */
+    CU_ASSERT(fault_each_points >= 9); /* at least each stack's malloc, and the reserve's mmap */
   }
 }
 

@@ -190,6 +190,8 @@ static struct {
   size_t cache_max;      /* bound of each thread cache */
   size_t batch;          /* stacks moved per transfer between a cache and the pool */
   size_t pool_max;       /* what the global pool keeps once trimmed */
+  char *reserve;        /* the next fresh stack in the current reserve (see carve): pool.lock */
+  size_t reserve_left;  /* stacks left in the reserve: pool.lock */
   _Atomic size_t excess; /* pool.n - pool_max when positive: a hint for weft__stack_excess */
   int method;            /* GUARD_*: the method new stacks get */
   bool nohuge;           /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
@@ -322,13 +324,41 @@ static int guard_install(char *m, size_t guard) {
 }
 
 /* Map a fresh stack. 0 or -ENOMEM; on failure nothing is left mapped or allocated. */
+/*
+ * Fresh stacks are carved from a reserve of SLAB stacks mapped at once: one
+ * mmap, and one take of the process's mmap write lock, per SLAB stacks
+ * instead of per stack (two carriers mapping stacks at the same time
+ * otherwise take turns on that lock). Each stack is still unmapped on its
+ * own (munmap splits the reserve's mapping where it must). The uncarved rest
+ * of a reserve is unmapped by fini.
+ */
+#define SLAB 16
+
+static int carve(char **out) {
+  size_t len = pool.guard + pool.size;
+  pthread_mutex_lock(&pool.lock);
+  if (pool.reserve_left == 0) {
+    char *m = weft__mmap(NULL, len * SLAB, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED) {
+      pthread_mutex_unlock(&pool.lock);
+      return -ENOMEM;
+    }
+    pool.reserve = m;
+    pool.reserve_left = SLAB;
+  }
+  *out = pool.reserve;
+  pool.reserve += len;
+  pool.reserve_left--;
+  pthread_mutex_unlock(&pool.lock);
+  return 0;
+}
+
 static int stack_map(stack_rec **out) {
   stack_rec *s = weft__malloc(sizeof *s);
   if (!s) return -ENOMEM;
-  size_t len = pool.guard + pool.size;
-  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (m == MAP_FAILED) {
+  char *m;
+  if (carve(&m) != 0) {
     weft__free(s);
     return -ENOMEM;
   }
@@ -588,7 +618,13 @@ void weft__stack_fini(void) {
     }
     t->n = 0;
   }
+  /* The reserve's uncarved rest (of this generation's size: fini runs before a resize). */
+  char *rest = pool.reserve;
+  size_t rest_len = pool.reserve_left * (pool.guard + pool.size);
+  pool.reserve = NULL;
+  pool.reserve_left = 0;
   pthread_mutex_unlock(&pool.lock);
+  if (rest_len) munmap(rest, rest_len);
   unmap_list(all);
   errno = saved;
 }
