@@ -70,8 +70,9 @@ test-tsan: ci-deps | $(BUILD)
 
 test-valgrind: ci-deps test
 	cd $(BUILD)/test && $(CTEST) --output-on-failure -L core -T memcheck \
-	  --overwrite MemoryCheckCommandOptions="--error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --track-origins=no" \
-	  -j $(JOBS) || { cat Testing/Temporary/MemoryChecker.*.log 2>/dev/null | head -200; exit 1; }
+	  --overwrite MemoryCheckCommandOptions="--error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --track-origins=no --suppressions=$(CURDIR)/scripts/valgrind.supp" \
+	  -j $(JOBS) || { grep -h -B1 -A24 -E 'Invalid (read|write|free)|Syscall param|uninitialised|Mismatched|(definitely|indirectly) lost in' \
+	    Testing/Temporary/MemoryChecker.*.log 2>/dev/null | head -400; exit 1; }
 
 test-noomp: deps | $(BUILD)
 	$(call configure,noomp,-DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_TESTING=ON -DWEFT_WERROR=ON \

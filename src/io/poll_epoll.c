@@ -37,7 +37,6 @@ enum { TAG_WAKE = 1, TAG_FD = 2, TAG_URING = 3 };
 int weft__poller_init(weft__poller *p) {
   p->epfd = p->wakefd = -1;
   atomic_init(&p->sleeping, 0);
-  p->has_pwait2 = true;
   p->fds = NULL;
   p->nfds = 0;
   p->waiting = 0;
@@ -216,6 +215,11 @@ static int64_t mono_now(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* epoll_pwait2 (Linux 5.11) takes a nanosecond timeout. Where the kernel, or a
+ * tool such as Valgrind, lacks it the first ENOSYS switches the whole process
+ * to epoll_wait with the timeout rounded up to a millisecond. */
+static atomic_bool has_pwait2 = true;
+
 int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
   struct epoll_event evs[128];
   int n;
@@ -227,11 +231,11 @@ int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
       left = deadline_ns - mono_now();
       if (left < 0) left = 0;
     }
-    if (p->has_pwait2) {
+    if (atomic_load_explicit(&has_pwait2, memory_order_relaxed)) {
       struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
       n = (int)syscall(SYS_epoll_pwait2, p->epfd, evs, 128, left < 0 ? NULL : &ts, NULL, 0);
       if (n < 0 && errno == ENOSYS) {
-        p->has_pwait2 = false;
+        atomic_store_explicit(&has_pwait2, false, memory_order_relaxed);
         continue;
       }
     } else {

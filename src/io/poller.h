@@ -29,7 +29,6 @@ typedef struct weft__poller {
   int epfd;            /* the epoll instance */
   int wakefd;          /* an eventfd that other threads write to wake the carrier */
   atomic_int sleeping; /* 1 while the owner is in (or entering) its wait: wakers write only then */
-  bool has_pwait2;     /* epoll_pwait2 (nanosecond timeouts) works here */
   weft__fdwait *fds;   /* indexed by descriptor: owner only */
   size_t nfds;         /* entries in fds */
   size_t waiting;      /* descriptor waits armed now: owner only */
