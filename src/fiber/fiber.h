@@ -47,7 +47,6 @@ typedef struct weft__fiber {
   struct weft__fiber *tnext;  /* overflow list links (a timer the heap had no memory for) */
   struct weft__fiber *tprev;
   weft__waiter *timer_waiter; /* resolved TIMEDOUT when the timer fires */
-  int64_t run_since;          /* when the current slice began (pinning monitor), 0 when parked */
   uint32_t flags;             /* WEFT__FIBER_* */
   void *san_fake_stack;       /* AddressSanitizer's fake-stack handle across a switch */
   void *san_tsan_fiber;       /* ThreadSanitizer's fiber handle */

@@ -11,7 +11,11 @@
  * A thread of its own looks at every carrier every threshold/4 (the
  * threshold is WEFT_PIN_THRESHOLD_MS, 20 ms by default). A carrier whose
  * current fiber has run for longer than the threshold without switching is
- * pinned. Then:
+ * pinned. As Go's sysmon does with a P's schedtick, the monitor reads a
+ * counter that the carrier bumps on every switch (slice_seq) and notes when
+ * it first saw each value, so that a switch reads no clock: a slice counts
+ * as pinned once the same value has been seen for the threshold, that is
+ * after between threshold and threshold + threshold/4 of running. Then:
  *  - the carrier is flagged; when the fiber finally switches back, the
  *    carrier itself reports it if WEFT_TRACE_PINNED=1 (fiber, how long, where
  *    it was started), since only it knows the exact duration;
@@ -62,12 +66,21 @@ static bool look(int64_t threshold_ns) {
     int st = atomic_load_explicit(&c->status, memory_order_relaxed);
     if (st == WEFT__C_RETIRED) retired = true;
     if (st != WEFT__C_RUNNING) continue;
-    int64_t since = atomic_load_explicit(&c->slice_start, memory_order_relaxed);
-    if (!since) continue;
+    uint64_t seq = atomic_load_explicit(&c->slice_seq, memory_order_relaxed);
+    if (seq != c->mon_seq) { /* a slice it has not seen yet, or none */
+      c->mon_seq = seq;
+      c->mon_since = now;
+      busy = true;
+      continue;
+    }
+    if (!(seq & 1)) continue; /* in the scheduler since the last look */
     busy = true;
-    if (now - since >= threshold_ns) {
+    if (now - c->mon_since >= threshold_ns) {
       pinned++;
-      atomic_store_explicit(&c->pinned, true, memory_order_relaxed);
+      if (!atomic_load_explicit(&c->pinned, memory_order_relaxed)) {
+        atomic_store_explicit(&c->pin_seen, c->mon_since, memory_order_relaxed);
+        atomic_store_explicit(&c->pinned, true, memory_order_release); /* pin_seen first */
+      }
     }
   }
   size_t waiting = pinned ? weft__unstarted_count() : 0;

@@ -429,29 +429,29 @@ static void fiber_main(void *arg) {
 }
 
 /* The monitor flagged this slice as pinning the carrier: say so, with how long and where. */
-static void report_pinned(weft__carrier *c, weft__fiber *f, int64_t start) {
+static void report_pinned(weft__carrier *c, weft__fiber *f) {
+  atomic_thread_fence(memory_order_acquire); /* pairs with the monitor's release: its pin_seen */
   atomic_store_explicit(&c->pinned, false, memory_order_relaxed);
   if (!rt.settings.trace_pinned) return;
   char where[160];
   weft__describe_site(f->spawn_site, where, sizeof where);
-  weft__warn("fiber %llu held carrier %u for %lld ms without parking (blocking call or long computation; "
-             "started at %s)",
-             (unsigned long long)f->id, c->id, (long long)((weft_now_ns() - start) / 1000000), where);
+  int64_t since = atomic_load_explicit(&c->pin_seen, memory_order_relaxed);
+  weft__warn("fiber %llu held carrier %u for at least %lld ms without parking (blocking call or long "
+             "computation; started at %s)",
+             (unsigned long long)f->id, c->id, (long long)((weft_now_ns() - since) / 1000000), where);
 }
 
 /* From the scheduler into fiber f, until it switches back. */
 static void run_fiber(weft__carrier *c, weft__fiber *f) {
   c->current = f;
-  int64_t start = weft_now_ns();
-  atomic_store_explicit(&c->slice_fiber, f->id, memory_order_relaxed);
-  atomic_store_explicit(&c->slice_start, start, memory_order_relaxed);
+  atomic_store_explicit(&c->slice_seq, ++c->slices, memory_order_relaxed);
   if (WEFT__UNLIKELY(atomic_load_explicit(&rt.monitor_parked, memory_order_relaxed))) weft__monitor_kick();
   WEFT__ASAN_START(&c->asan_fake, f->stack_base, f->stack_size);
   WEFT__TSAN_SWITCH(f->san_tsan_fiber);
   weft__ctx_switch(&c->sched_sp, f->sp, f);
   WEFT__ASAN_FINISH(c->asan_fake);
-  atomic_store_explicit(&c->slice_start, 0, memory_order_relaxed);
-  if (WEFT__UNLIKELY(atomic_load_explicit(&c->pinned, memory_order_relaxed))) report_pinned(c, f, start);
+  atomic_store_explicit(&c->slice_seq, ++c->slices, memory_order_relaxed);
+  if (WEFT__UNLIKELY(atomic_load_explicit(&c->pinned, memory_order_relaxed))) report_pinned(c, f);
   c->current = NULL;
 }
 
@@ -613,6 +613,17 @@ static weft__fiber *steal(weft__carrier *c) {
   return NULL;
 }
 
+/* Unstarted fibers in the global queue or on another carrier's spawn queue? */
+static bool other_work_hint(weft__carrier *c) {
+  if (atomic_load_explicit(&rt.gq_len, memory_order_relaxed)) return true;
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) {
+    weft__carrier *v = rt.carriers[i];
+    if (v != c && atomic_load_explicit(&v->spawn_len, memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
 /* Is there any work that c could take, anywhere? (Before it sleeps.) */
 static bool work_visible(weft__carrier *c) {
   if (atomic_load(&c->inbox_len) || atomic_load(&c->spawn_len) || atomic_load(&rt.gq_len)) return true;
@@ -648,6 +659,17 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     if (weft__uring_busy(&c->poller)) {
       weft__uring_flush(&c->poller, true);
       if (weft__uring_reap(&c->poller) > 0) continue;
+    }
+
+    /*
+     * Only yielded fibers of our own: run them again at once unless some
+     * other work is in sight (the loads are plain reads of counters that
+     * their owners write), which goes first so that a yielding fiber cannot
+     * starve it. Otherwise a yield would pay for the whole search below.
+     */
+    if (c->yielded.head && !other_work_hint(c)) {
+      fq_splice(&c->ready, &c->yielded);
+      return fq_pop(&c->ready);
     }
 
     atomic_fetch_add(&rt.nspinning, 1);

@@ -27,7 +27,8 @@ typedef struct weft__carrier {
   /* --- owner only (the carrier thread) --- */
   void *sched_sp;       /* the scheduler's saved stack pointer while a fiber runs */
   weft__fiber *current; /* the running fiber, NULL in the scheduler; read by other threads
-                           only through the pinning monitor's slice_start */
+                           only through the pinning monitor's slice_seq */
+  uint64_t slices;      /* slice_seq's value, kept here so that a switch writes and never reads it */
   weft__fq ready;       /* started fibers that may run */
   weft__fq yielded;     /* fibers that yielded: they run after everything else runnable */
   weft__fiber **heap;   /* timer min-heap by timer_deadline */
@@ -54,11 +55,19 @@ typedef struct weft__carrier {
   weft__fq inbox;                         /* fibers readied by other threads */
   atomic_size_t inbox_len;                /* inbox.len, readable without the lock (a hint) */
   WEFT__ALIGNED_CL weft__poller poller;   /* where the carrier sleeps */
-  _Atomic int64_t slice_start;            /* when the running fiber was switched in; 0 in the scheduler
-                                             (written by the owner, read by the pinning monitor) */
-  atomic_uint_fast64_t slice_fiber;       /* id of that fiber (for the monitor) */
-  atomic_bool pinned;                     /* set by the monitor when the slice passed the threshold; the owner
-                                             reports and clears it when the fiber switches back */
+  /*
+   * The pinning monitor's view of the carrier, as Go's sysmon sees a P
+   * through its schedtick: the owner adds one when a fiber is switched in
+   * and one when it switches back (odd: a fiber runs), a plain store with no
+   * clock read; the monitor notes when it first saw each odd value.
+   */
+  atomic_uint_fast64_t slice_seq;
+  atomic_bool pinned;      /* set by the monitor when the slice passed the threshold; the owner
+                              reports and clears it when the fiber switches back */
+  _Atomic int64_t pin_seen; /* when the monitor first saw the pinning slice (the report's duration) */
+  /* --- the monitor only --- */
+  uint64_t mon_seq;   /* slice_seq at its last look */
+  int64_t mon_since;  /* when it first saw mon_seq */
   atomic_int status; /* WEFT__C_RUNNING, _RETIRED (thread ending, to be joined), _JOINED */
 } weft__carrier;
 
