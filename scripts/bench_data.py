@@ -324,6 +324,44 @@ def summary_sleep(g, out):
             out.append("  %d jobs of 100 ms on %d carriers, %-54s %9s = x%.2f one sleep; carriers at the end: %d" % (
                 g.counter(name, "jobs") or 0, g.counter(name, "carriers") or 0, labels[case] + ":",
                 fmt_ns(g.ns(name)), g.counter(name, "x_sleep") or 0, g.counter(name, "carriers_running") or 0))
+    name = "BM_Pinned_plain_256/iterations:2/real_time"
+    if g.has(name):
+        out.append("  256 jobs of 200 ms on %d carriers, plain clock_nanosleep, monitor on (25.6 s without): %s; "
+                   "carriers at the end: %d" % (g.counter(name, "carriers") or 0, fmt_ns(g.ns(name)),
+                                                g.counter(name, "carriers_running") or 0))
+    out.append("")
+    return []
+
+
+IO_CASES = (("BM_EchoFibers/carriers:1/manual_time", "two fibers, one carrier (weft_read/write)"),
+            ("BM_EchoFibers/carriers:2/manual_time", "two fibers, two carriers (weft_read/write)"),
+            ("BM_EchoThreads/manual_time", "two pthreads, blocking read/write"),
+            ("BM_EchoWeftOnThreads/manual_time", "two pthreads, weft_read/write"),
+            ("BM_EchoManyFibers/pairs:100/manual_time", "100 pairs, a fiber per side (all together)"),
+            ("BM_EchoManyThreads/pairs:100/manual_time", "100 pairs, a pthread per side (all together)"))
+
+
+def summary_io(g, results, out):
+    """Echo I/O (bm_io): ns per 64-byte round trip over a socketpair, fibers against threads."""
+    found = [name for name, _ in IO_CASES if g.has(name)]
+    if not found:
+        if os.path.exists(os.path.join(results, "bm_io.json")):
+            out.append("Echo I/O (bm_io): no per-repetition results in bm_io.json (written with "
+                       "--benchmark_report_aggregates_only?)")
+            out.append("")
+        return []
+    out.append("Echo I/O (bm_io), ns per 64-byte round trip over a socketpair (median of %d repetitions)" %
+               g.reps(found[0]))
+    rt = {}
+    for name, label in IO_CASES:
+        rt[name] = g.counter(name, "ns_per_rt")
+        if rt[name] is None:
+            rt[name] = g.ns(name)
+        out.append("  %-46s %12s" % (label, fmt_ns(rt[name])))
+    r1 = ratio(rt[IO_CASES[2][0]], rt[IO_CASES[0][0]])
+    r2 = ratio(rt[IO_CASES[5][0]], rt[IO_CASES[4][0]])
+    out.append("  threads / fibers, one pair (one carrier): %s; 100 pairs: %s (above 1: fibers faster)" %
+               (fmt_x(r1), fmt_x(r2)))
     out.append("")
     return []
 
@@ -385,6 +423,7 @@ def cmd_summary(results):
     targets += summary_pmap(g, out)
     targets += summary_future(g, out)
     targets += summary_sleep(g, out)
+    targets += summary_io(g, results, out)
     summary_weft_bench(results, out)
     if targets:
         out.append("Targets (ratios within this run: of the medians, the headline; and of the best repetitions)")

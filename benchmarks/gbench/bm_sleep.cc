@@ -25,6 +25,9 @@
  *                        notices a carrier held past its threshold (20 ms by
  *                        default) and starts extra carriers for the waiting
  *                        fibers;
+ *     Pinned_plain_256   256 elements, each a plain clock_nanosleep of 200 ms
+ *                        (the pinning target: 25.6 s on 2 carriers without
+ *                        compensation)
  *     Pinned_plain_nomonitor  the same with the threshold set out of reach
  *                        (weft_configure), which is what a runtime without
  *                        a monitor would do: each carrier runs its fibers one
@@ -143,21 +146,24 @@ BENCHMARK(BM_SleepThreadNanosleep)->Apply(durations);
 
 constexpr int64_t kPinSleepNs = 100 * 1000000;
 
+/* ctx points at the sleep, in ns. */
 int pinned_elem(void *ctx, size_t i) {
-  (void)ctx;
   (void)i;
-  nanosleep_rel(kPinSleepNs);
+  nanosleep_rel(*static_cast<const int64_t *>(ctx));
   return 0;
 }
 
 int parked_elem(void *ctx, size_t i) {
-  (void)ctx;
   (void)i;
-  return weft_sleep_ns(kPinSleepNs);
+  return weft_sleep_ns(*static_cast<const int64_t *>(ctx));
 }
 
-/* threshold_ms: the pinning monitor's threshold for this case; 0 keeps the default. */
-void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms) {
+/*
+ * threshold_ms: the pinning monitor's threshold for this case; 0 keeps the
+ * default. jobs: 0 for 4 x carriers. sleep_ns: each element's sleep.
+ */
+void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms, size_t jobs = 0,
+            int64_t sleep_ns = kPinSleepNs) {
   weft_shutdown();
   weft_config cfg;
   weft_config_init(&cfg);
@@ -172,7 +178,7 @@ void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms) {
   weft_info info;
   weft_get_info(&info);
   unsigned carriers = info.carriers ? info.carriers : 1;
-  size_t n = 4 * static_cast<size_t>(carriers);
+  size_t n = jobs ? jobs : 4 * static_cast<size_t>(carriers);
   weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
   o.kind = WEFT_BLOCKING;
   int64_t total = 0, iters = 0;
@@ -189,7 +195,7 @@ void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms) {
       break;
     }
     int64_t t0 = mono_ns();
-    int rc = weft_pmap(n, fn, nullptr, &o);
+    int rc = weft_pmap(n, fn, &sleep_ns, &o);
     total += mono_ns() - t0;
     iters++;
     running = weft_carrier_count();
@@ -206,8 +212,7 @@ void pinned(benchmark::State &state, weft_index_fn fn, unsigned threshold_ms) {
   state.counters["carriers"] = static_cast<double>(carriers);
   state.counters["carriers_running"] = static_cast<double>(running);
   state.counters["x_sleep"] =
-      iters ? static_cast<double>(total) / static_cast<double>(iters) / static_cast<double>(kPinSleepNs)
-            : 0.0;
+      iters ? static_cast<double>(total) / static_cast<double>(iters) / static_cast<double>(sleep_ns) : 0.0;
 }
 
 void BM_Pinned_weft(benchmark::State &state) { pinned(state, parked_elem, 0); }
@@ -217,6 +222,10 @@ void BM_Pinned_plain_nomonitor(benchmark::State &state) { pinned(state, pinned_e
 BENCHMARK(BM_Pinned_weft)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Pinned_plain)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Pinned_plain_nomonitor)->UseRealTime()->Unit(benchmark::kMillisecond);
+/* Issue 4's case: 256 fibers that each call plain nanosleep for 200 ms (25.6 s on 2 carriers without the
+ * monitor). */
+void BM_Pinned_plain_256(benchmark::State &state) { pinned(state, pinned_elem, 0, 256, 200 * 1000000LL); }
+BENCHMARK(BM_Pinned_plain_256)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(2);
 
 } // namespace
 

@@ -62,12 +62,12 @@ typedef struct weft__carrier {
    * clock read; the monitor notes when it first saw each odd value.
    */
   atomic_uint_fast64_t slice_seq;
-  atomic_bool pinned;      /* set by the monitor when the slice passed the threshold; the owner
-                              reports and clears it when the fiber switches back */
+  atomic_bool pinned;       /* set by the monitor when the slice passed the threshold; the owner
+                               reports and clears it when the fiber switches back */
   _Atomic int64_t pin_seen; /* when the monitor first saw the pinning slice (the report's duration) */
   /* --- the monitor only --- */
-  uint64_t mon_seq;   /* slice_seq at its last look */
-  int64_t mon_since;  /* when it first saw mon_seq */
+  uint64_t mon_seq;  /* slice_seq at its last look */
+  int64_t mon_since; /* when it first saw mon_seq */
   atomic_int status; /* WEFT__C_RUNNING, _RETIRED (thread ending, to be joined), _JOINED */
 } weft__carrier;
 

@@ -190,8 +190,8 @@ static struct {
   size_t cache_max;      /* bound of each thread cache */
   size_t batch;          /* stacks moved per transfer between a cache and the pool */
   size_t pool_max;       /* what the global pool keeps once trimmed */
-  char *reserve;        /* the next fresh stack in the current reserve (see carve): pool.lock */
-  size_t reserve_left;  /* stacks left in the reserve: pool.lock */
+  char *reserve;         /* the next fresh stack in the current reserve (see carve): pool.lock */
+  size_t reserve_left;   /* stacks left in the reserve: pool.lock */
   _Atomic size_t excess; /* pool.n - pool_max when positive: a hint for weft__stack_excess */
   int method;            /* GUARD_*: the method new stacks get */
   bool nohuge;           /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
