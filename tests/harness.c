@@ -88,6 +88,11 @@ unsigned weft_test_cpus(void) {
   return 1;
 }
 
+bool weft_test_qemu(void) {
+  const char *q = getenv("WEFT_QEMU");
+  return q && *q && strcmp(q, "0") != 0;
+}
+
 bool weft_test_slow_env(void) {
   if (WEFT_TEST_TSAN) return true;
 #ifdef WEFT_HAVE_VALGRIND_H

@@ -46,6 +46,14 @@ unsigned weft_test_cpus(void);
  */
 int weft_test_child(void (*fn)(void *), void *arg, char *err, size_t cap);
 
+/*
+ * True under qemu-user (WEFT_QEMU set, the aarch64 job). qemu 7 aborts in a
+ * child forked from a guest that already has several threads, before the
+ * child runs any of its code: a test that forks after the suite has started
+ * threads skips there, and says so.
+ */
+bool weft_test_qemu(void);
+
 /* Which sanitizer this suite was built with: GCC says so with a macro, clang with __has_feature. */
 #if defined(__SANITIZE_THREAD__)
 #define WEFT_TEST_TSAN 1
