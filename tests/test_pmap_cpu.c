@@ -2,7 +2,8 @@
  * Suite "pmap_cpu": weft_pmap of the CPU kind: every index exactly once,
  * errors chosen deterministically, bad input, concurrent callers, and calls
  * inside OpenMP parallel regions and tasks (which must not open a nested
- * team).
+ * team); the per-worker slices of an automatic grain, and a worker that
+ * never comes.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -293,6 +294,85 @@ static void test_thread_bound(void) {
 }
 #endif
 
+#ifdef WEFT_HAVE_OPENMP
+/*
+ * An automatic-grain map is split into a slice per worker (cpu.h,
+ * weft__range_split). A worker that never comes must lose nothing: inside a
+ * region of two threads whose other thread is busy and never reaches a
+ * scheduling point, the caller's map has two slices and one worker, and the
+ * caller must steal the other slice.
+ */
+static void test_absent_worker(void) {
+  atomic_bool release;
+  atomic_init(&release, false);
+  counts c;
+  size_t n = 5000;
+  c.hits = calloc(n, sizeof *c.hits);
+  atomic_init(&c.calls, 0);
+  int rc = -1, team = 0;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single nowait
+    team = omp_get_num_threads();
+    if (omp_get_thread_num() == 0) {
+      rc = weft_pmap(n, count_fn, &c, NULL);
+      atomic_store(&release, true);
+    } else {
+      while (!atomic_load(&release)) {
+      }
+    }
+  }
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_EQUAL(atomic_load(&c.calls), n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
+  CU_ASSERT_EQUAL(bad, 0);
+  free(c.hits);
+  CU_ASSERT(team >= 1);
+}
+
+/* In a balanced map each worker starts with the first index of its own slice. */
+typedef struct firsts {
+  pthread_mutex_t mu;
+  pid_t tid[8];
+  size_t first[8];
+  int n;
+} firsts;
+
+static int first_fn(void *ctx, size_t i) {
+  firsts *f = ctx;
+  pid_t me = gettid_();
+  pthread_mutex_lock(&f->mu);
+  bool seen = false;
+  for (int k = 0; k < f->n; k++) seen |= f->tid[k] == me;
+  if (!seen && f->n < 8) {
+    f->tid[f->n] = me;
+    f->first[f->n++] = i;
+  }
+  pthread_mutex_unlock(&f->mu);
+  for (volatile int k = 0; k < 20000; k++) {
+  }
+  return 0;
+}
+
+static void test_slices(void) {
+  if (omp_get_max_threads() != 2) return; /* the slice bounds below are for two workers */
+  /*
+   * Two workers, each starting at its own slice: one at 0, the other at 500
+   * (a shared guided counter would start the second at 250). A worker that
+   * arrives after the other has finished its slice and stolen the start of
+   * this one starts elsewhere: a few attempts make that harmless.
+   */
+  bool ok = false;
+  for (int attempt = 0; attempt < 5 && !ok; attempt++) {
+    firsts f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    CU_ASSERT_EQUAL_FATAL(weft_pmap(1000, first_fn, &f, NULL), 0);
+    ok = f.n == 2 && f.first[0] + f.first[1] == 500 && (f.first[0] == 0 || f.first[1] == 0);
+  }
+  CU_ASSERT(ok);
+}
+#endif
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"sizes", test_sizes},
@@ -306,6 +386,8 @@ int main(int argc, char **argv) {
       {"inside_parallel_region", test_inside_parallel_region},
       {"inside_task", test_inside_task},
       {"thread_bound", test_thread_bound},
+      {"absent_worker", test_absent_worker},
+      {"slices", test_slices},
 #endif
       {NULL, NULL},
   };

@@ -102,9 +102,9 @@ unsigned weft__cpu_threads(void) {
 
 /* --- parallel maps ------------------------------------------------------ */
 
-static void range_task(weft__range *r) {
+static void range_task(weft__range *r, size_t home) {
   TASK_COPIES_DONE();
-  weft__range_drain(r);
+  weft__range_drain_from(r, home);
 }
 
 /* Inside a region or task: tasks in the enclosing team, the caller claiming too. */
@@ -117,14 +117,15 @@ static void run_in_team(weft__range *r) {
     weft__range_drain(r);
     return;
   }
+  weft__range_split(r, t);
 #pragma omp taskgroup
   {
     for (size_t k = 1; k < t; k++) {
       TASK_CREATE();
-#pragma omp task firstprivate(r)
-      range_task(r);
+#pragma omp task firstprivate(r, k)
+      range_task(r, k);
     }
-    weft__range_drain(r);
+    weft__range_drain_from(r, 0);
   }
 }
 
@@ -145,8 +146,9 @@ void weft__cpu_run_range(weft__range *r) {
     weft__range_drain(r);
     return;
   }
+  weft__range_split(r, t);
 #pragma omp parallel num_threads((int)t)
-  weft__range_drain(r);
+  weft__range_drain_from(r, (size_t)omp_get_thread_num());
 }
 
 /* --- the host team -------------------------------------------------------- */

@@ -127,12 +127,13 @@ int weft__pool_submit(weft__job *j) {
 typedef struct helper {
   weft__job job;
   weft__range *r;
+  size_t home;        /* its slice of r (weft__range_split) */
   unsigned *finished; /* helpers of this map that ran to the end: guarded by pool.mu */
 } helper;
 
 static void helper_run(weft__job *j) {
   helper *h = weft__container_of(j, helper, job);
-  weft__range_drain(h->r);
+  weft__range_drain_from(h->r, h->home);
   pthread_mutex_lock(&pool.mu);
   (*h->finished)++;
   pthread_cond_broadcast(&pool.done_cv);
@@ -158,10 +159,12 @@ void weft__pool_run_range(weft__range *r) {
   }
   unsigned finished = 0, started = 0;
   size_t queued = 0;
+  weft__range_split(r, t);
   pthread_mutex_lock(&pool.mu);
   for (; queued < nh; queued++) {
     h[queued].job.run = helper_run;
     h[queued].r = r;
+    h[queued].home = queued + 1; /* the caller's is 0 */
     h[queued].finished = &finished;
     if (submit_locked(&h[queued].job) != 0) break; /* fewer helpers: still correct */
   }
