@@ -79,7 +79,7 @@ typedef enum weft_kind {
  */
 typedef struct weft_pmap_opts {
   weft_kind kind;      /* WEFT_CPU (default) or WEFT_BLOCKING */
-  size_t grain;        /* CPU: indices per claim; 0 = automatic (guided) */
+  size_t grain;        /* CPU: indices per claim; 0 = automatic (a slice per worker, halved per claim) */
   size_t max_parallel; /* BLOCKING: most elements in flight; 0 = no bound */
   unsigned flags;      /* reserved: must be 0 */
 } weft_pmap_opts;
