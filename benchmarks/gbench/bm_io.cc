@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "carriers.h"
 #include "weft.h"
 
 namespace {
@@ -61,15 +62,6 @@ namespace {
 constexpr size_t kMsg = 64;
 constexpr int64_t kBatch = 4000;     /* round trips per batch, one connection */
 constexpr int64_t kManyRounds = 100; /* round trips per connection per batch, Many cases */
-
-/* Give the fiber runtime `n` carriers (0: the default) from the next start on. */
-void set_carriers(unsigned n) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
-  c.carriers = n;
-  weft_configure(&c);
-}
 
 /* A party runs one batch: nullptr when it went well, else what failed (its End). */
 using Party = void *(*)(void *);

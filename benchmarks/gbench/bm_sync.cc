@@ -43,20 +43,12 @@
 #include <atomic>
 #include <cstdint>
 
+#include "carriers.h"
 #include "weft.h"
 
 namespace {
 
 constexpr int64_t kBatch = 4000;
-
-/* Give the fiber runtime `n` carriers (0: the default) from the next start on. */
-void set_carriers(unsigned n) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
-  c.carriers = n;
-  weft_configure(&c);
-}
 
 using Party = void *(*)(void *);
 
