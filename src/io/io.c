@@ -170,7 +170,14 @@ static ssize_t transfer(enum op op, int fd, void *buf, size_t len, int flags, in
   bool reading = op == OP_READ || op == OP_RECV;
   short ev = reading ? POLLIN : POLLOUT;
   int kind = K_SOCKET;
+  /* A socket whose last reads found nothing: wait for it first (poller.h, the read hint). */
+  weft__fiber *self = reading && deadline_ns != 0 ? weft__parkable_self() : NULL;
+  if (self && weft__poller_read_hint(&self->home->poller, fd)) {
+    int w = wait_ready(fd, ev, deadline_ns);
+    if (w < 0) return w;
+  }
   ssize_t r = attempt(op, kind, fd, buf, len, flags);
+  if (self && (r == -EAGAIN || r == -EWOULDBLOCK)) weft__poller_note_dry(&self->home->poller, fd);
   if (r == -ENOTSOCK && (op == OP_READ || op == OP_WRITE)) {
     kind = classify(fd);
     if (kind < 0) return kind;

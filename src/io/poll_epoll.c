@@ -102,7 +102,7 @@ static weft__fdwait *slot(weft__poller *p, int fd) {
     while (n <= (size_t)fd) n *= 2;
     weft__fdwait *t = weft__realloc(p->fds, n * sizeof *t);
     if (!t) return NULL;
-    for (size_t i = p->nfds; i < n; i++) t[i] = (weft__fdwait){NULL, NULL, false};
+    for (size_t i = p->nfds; i < n; i++) t[i] = (weft__fdwait){NULL, NULL, false, 0};
     p->fds = t;
     p->nfds = n;
   }
@@ -110,7 +110,27 @@ static weft__fdwait *slot(weft__poller *p, int fd) {
 }
 
 void weft__poller_fresh_fd(weft__poller *p, int fd) {
-  if (fd >= 0 && (size_t)fd < p->nfds && !p->fds[fd].rd && !p->fds[fd].wr) p->fds[fd].registered = false;
+  if (fd >= 0 && (size_t)fd < p->nfds && !p->fds[fd].rd && !p->fds[fd].wr) {
+    p->fds[fd].registered = false;
+    p->fds[fd].dry = 0;
+  }
+}
+
+bool weft__poller_read_hint(weft__poller *p, int fd) {
+  if (fd < 0 || (size_t)fd >= p->nfds) return false;
+  weft__fdwait *s = &p->fds[fd];
+  if (s->dry == 0) return false;
+  if (s->dry >= WEFT__DRY_PROBE) { /* time to try first again */
+    s->dry = 0;
+    return false;
+  }
+  s->dry++;
+  return true;
+}
+
+void weft__poller_note_dry(weft__poller *p, int fd) {
+  weft__fdwait *s = slot(p, fd);
+  if (s && s->dry == 0) s->dry = 1;
 }
 
 /* Arm fd for what its waiters want now. */

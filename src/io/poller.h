@@ -23,6 +23,7 @@ typedef struct weft__fdwait {
   weft__waiter *rd; /* waiting to read (POLLIN), or NULL */
   weft__waiter *wr; /* waiting to write (POLLOUT), or NULL */
   bool registered;  /* added to this poller's epoll (a hint: close() removes it) */
+  uint8_t dry;      /* read hint (weft__poller_read_hint): 0 none, else reads since a read found nothing */
 } weft__fdwait;
 
 typedef struct weft__poller {
@@ -78,5 +79,21 @@ int weft__poller_wait_fd(weft__poller *p, int fd, short events, int64_t deadline
  * that close() removed.
  */
 void weft__poller_fresh_fd(weft__poller *p, int fd);
+
+/*
+ * A hint for socket reads on a fiber, kept per descriptor and carrier. In a
+ * request-reply exchange a read that follows a write finds nothing, every
+ * time: trying it first costs a system call that only says EAGAIN. After a
+ * read of fd found nothing (weft__poller_note_dry), weft__poller_read_hint
+ * says "wait for readiness first" for the next reads, except every
+ * WEFT__DRY_PROBE-th, which tries first again and so notices when data
+ * has started to be there already. Only a hint: waiting first on a
+ * descriptor that is ready costs a round through the poller, never a wrong
+ * result, and a descriptor number that was closed and reused inherits at
+ * most a few such rounds.
+ */
+#define WEFT__DRY_PROBE 8
+bool weft__poller_read_hint(weft__poller *p, int fd);
+void weft__poller_note_dry(weft__poller *p, int fd);
 
 #endif /* WEFT_IO_POLLER_H */
