@@ -282,8 +282,8 @@ typedef struct weft_info {
   const char *stack_guard;    /* "madv-guard", "mprotect", "none" (after start) */
   size_t stack_size;          /* fiber stack size in bytes */
   unsigned carriers;          /* carriers configured (started or not) */
-  bool io_uring;              /* regular-file I/O goes through io_uring */
-  const char *compiler;       /* compiler that built weft */
+  bool io_uring;        /* a carrier set up an io_uring for regular files (false before the first file I/O) */
+  const char *compiler; /* compiler that built weft */
 } weft_info;
 
 /* Fill *out; starts nothing (fields that need a started runtime say so). -EINVAL for NULL. */
