@@ -653,18 +653,42 @@ static void *timer_fault_fn(void *arg) {
   return (void *)(intptr_t)(early <= 0 && rc == (which ? -ETIMEDOUT : 0));
 }
 
+/* A fiber whose later deadline sits at the tail of the carrier's timer FIFO, so that a sooner one
+ * goes to the heap (sched.c: timers armed in deadline order need no memory at all). */
+static atomic_bool tail_sleeping;
+static void *timer_tail_fn(void *arg) {
+  (void)arg;
+  atomic_store(&tail_sleeping, true);
+  weft_sleep_ns(300 * REL_MS);
+  return NULL;
+}
+
 static void test_timer_no_memory(void) {
   if (!weft_test_fibers_expected()) return;
   for (int which = 0; which < 2; which++) {
-    weft_shutdown(); /* fresh carriers: no timer heap yet */
-    weft_future *f = NULL;
+    /* Fresh carriers (no timer heap yet), and one, so that both fibers share its timers. */
+    weft_shutdown();
+    weft_config c;
+    weft_config_init(&c);
+    c.carriers = 1;
+    CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
+    atomic_store(&tail_sleeping, false);
+    weft_future *tail = NULL, *f = NULL;
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, timer_tail_fn, NULL, &tail), 0);
+    while (!atomic_load(&tail_sleeping)) weft_test_sleep_ms(1);
+    weft_test_sleep_ms(5); /* it has parked with its timer armed */
     CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, timer_fault_fn, (void *)(intptr_t)which, &f), 0);
     void *ok = NULL;
     CU_ASSERT_EQUAL(weft_future_get(f, -1, &ok), 0);
     weft_future_free(f);
+    CU_ASSERT_EQUAL(weft_future_get(tail, -1, NULL), 0);
+    weft_future_free(tail);
     fired_per_site[WEFT__F_MALLOC] += atomic_load(&timer_fired);
     CU_ASSERT_EQUAL(atomic_load(&timer_fired), 1);
     CU_ASSERT(ok == (void *)1);
+    weft_shutdown();
+    weft_config_init(&c);
+    CU_ASSERT_EQUAL(weft_configure(&c), 0);
   }
 }
 

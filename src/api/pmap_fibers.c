@@ -1,71 +1,266 @@
 /*
  * This file contains the fiber path of weft_pmap: a BLOCKING map with the
  * fiber runtime running (the door and the CPU path are in pmap.c).
+ *
+ * A map is a fiber source (fiber/fiber.h), a "gang": nothing is allocated
+ * per element, and no fiber exists before a carrier makes it.
+ *
+ *   - The indices are split into one slice per carrier (up to GANG_SLICES),
+ *     each with its own claim counter on its own cache line. A fiber claims
+ *     one index at a time from the slice of the carrier it runs on, then from
+ *     the others' in turn: carriers meet only at the end.
+ *   - A fiber runs element after element until none is left. When an element
+ *     parks, its carrier makes the gang's next fiber at once and runs it
+ *     first (fiber.h): so elements that block are all in flight after one
+ *     pass, a fiber and a page each, while elements that never block run one
+ *     after the other on one fiber per carrier, at the cost of a claim each.
+ *   - Idle carriers make a fiber from the gang when they have nothing else to
+ *     do, so every carrier joins in, whichever thread called the map: a
+ *     plain thread, a fiber (which parks meanwhile, its carrier joining in
+ *     too), or an OpenMP thread. The fiber made when one parks claims from
+ *     its carrier's own slice only: the first carrier to arrive would
+ *     otherwise start every element before the others have woken up, and
+ *     started fibers never move. An idle carrier takes from any slice, so a
+ *     carrier that is busy elsewhere does not hold its slice back.
+ *
+ * `live` counts places: fibers alive or being made. At most max_parallel; a
+ * place is reserved before a fiber claims anything, so the count cannot
+ * reach zero while a fiber could still start an element. A fiber ends only
+ * when no index is left to claim, and the first to find none closes the
+ * source (no carrier reaches the gang through the list after that); the last
+ * place to go wakes the caller, whose frame holds the gang.
+ *
+ * When no stack can be had for a fiber, the gang stops making them
+ * ("starved"); the fibers it has finish what is left, and if it had none,
+ * the caller runs the rest on the CPU path: no element is lost.
  */
 #include "../internal.h"
 
 #include "../fiber/fiber.h"
-#include "../sys.h"
 #include "../sync/wait.h"
 #include "pmap.h"
 
-/* --- the fiber path -------------------------------------------------------- */
+#define GANG_SLICES 32
 
-typedef struct fiber_map {
-  weft__range r;
-  atomic_size_t live; /* fibers not yet done: the last one wakes the caller */
-  weft__waiter *w;    /* the caller's waiter */
-  size_t nfibers;
-  weft__fiber fibers[];
-} fiber_map;
+typedef struct gang_slice {
+  WEFT__ALIGNED_CL atomic_size_t next; /* next unclaimed index of [.., end) */
+  size_t end;
+  atomic_bool attached; /* its carrier has arrived: others may take from it freely */
+} gang_slice;
 
-static void fm_entry(weft__fiber *f) {
-  fiber_map *m = f->arg;
-  weft__range_drain(&m->r);
+typedef struct gang {
+  weft__source src;
+  weft__range r;                       /* fn, ctx, the caller's scope, the lowest failing index */
+  size_t max_live;                     /* max_parallel, or SIZE_MAX */
+  weft__waiter *w;                     /* the caller's */
+  size_t nslices;                      /* slice[0..nslices) */
+  WEFT__ALIGNED_CL atomic_size_t live; /* places: fibers alive or being made */
+  atomic_bool closed;                  /* no index left (or starved): the source is being closed */
+  atomic_bool starved;                 /* a fiber could not get a stack */
+  gang_slice slice[GANG_SLICES];
+} gang;
+
+/*
+ * May a fiber on carrier `home` take from slice j? Its own slice, always.
+ * Another carrier's once that carrier has arrived (it shares from then on),
+ * or when it will not come soon (busy in a fiber, or gone): what a waking
+ * carrier is about to start is not taken from under it.
+ */
+static bool slice_open_to(gang *g, size_t j, size_t home) {
+  return j == home || atomic_load_explicit(&g->slice[j].attached, memory_order_relaxed) ||
+         !weft__carrier_may_arrive((unsigned)j);
 }
 
-static void fm_done(weft__fiber *f) {
-  fiber_map *m = f->arg;
-  /* acq_rel: the caller, woken by the last one, sees every element's writes. */
-  if (atomic_fetch_sub_explicit(&m->live, 1, memory_order_acq_rel) == 1) weft__waiter_wake(m->w);
+static void attach(gang *g, size_t home) {
+  if (!atomic_load_explicit(&g->slice[home].attached, memory_order_relaxed))
+    atomic_store_explicit(&g->slice[home].attached, true, memory_order_relaxed);
 }
 
-static const weft__fiber_ops fm_ops = {fm_entry, fm_done, fm_done};
+/*
+ * Claim one index, from slice `home` first, then from the others that are
+ * open to it. Returns 1 with *out set, 0 when every slice is empty (they only
+ * shrink), -1 when what is left is kept for carriers that are arriving.
+ */
+static int gang_claim(gang *g, size_t home, size_t *out) {
+  int kept = 0;
+  for (size_t k = 0; k < g->nslices; k++) {
+    size_t j = (home + k) % g->nslices;
+    gang_slice *s = &g->slice[j];
+    /* Relaxed: the index is the only data; the elements' writes are ordered by the final wake. */
+    size_t cur = atomic_load_explicit(&s->next, memory_order_relaxed);
+    if (cur >= s->end) continue;
+    if (!slice_open_to(g, j, home)) {
+      kept = -1;
+      continue;
+    }
+    while (cur < s->end)
+      if (atomic_compare_exchange_weak_explicit(&s->next, &cur, cur + 1, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        *out = cur;
+        return 1;
+      }
+  }
+  return kept;
+}
+
+/* Could the calling carrier claim an index now: from its own slice, or (anywhere) from any open to it? */
+static bool gang_has_work(gang *g, bool anywhere) {
+  size_t home = weft__fiber_carrier_id() % g->nslices;
+  for (size_t k = 0; k < (anywhere ? g->nslices : 1); k++) {
+    size_t j = (home + k) % g->nslices;
+    gang_slice *s = &g->slice[j];
+    if (atomic_load_explicit(&s->next, memory_order_relaxed) < s->end && slice_open_to(g, j, home))
+      return true;
+  }
+  return false;
+}
+
+static bool gang_wants(weft__source *src) {
+  gang *g = weft__container_of(src, gang, src);
+  return !atomic_load_explicit(&g->closed, memory_order_relaxed) &&
+         atomic_load_explicit(&g->live, memory_order_relaxed) < g->max_live && gang_has_work(g, true);
+}
+
+static bool gang_reserve(weft__source *src, bool idle) {
+  gang *g = weft__container_of(src, gang, src);
+  if (atomic_load_explicit(&g->closed, memory_order_relaxed)) return false;
+  attach(g, weft__fiber_carrier_id() % g->nslices); /* this carrier has arrived */
+  if (!gang_has_work(g, idle)) return false;
+  size_t cur = atomic_load_explicit(&g->live, memory_order_relaxed);
+  do {
+    if (cur >= g->max_live) return false;
+  } while (!atomic_compare_exchange_weak_explicit(&g->live, &cur, cur + 1, memory_order_relaxed,
+                                                  memory_order_relaxed));
+  return true;
+}
+
+/* The first to see the gang finished (or starved) takes it off the carriers' list. */
+static void gang_close(gang *g) {
+  if (!atomic_exchange_explicit(&g->closed, true, memory_order_relaxed)) weft__source_close(&g->src);
+}
+
+/*
+ * A place is given up; true when that finished the gang (the last place, and
+ * no index left), after waking the caller, who may free g at once. The last
+ * place can go with indices left, kept for a carrier on its way: that
+ * carrier makes the next fiber, and the gang stays open until then.
+ */
+static bool gang_leave(gang *g) {
+  /* acq_rel: the caller, woken by the last one, sees every element's writes; and the closer's store of
+   * closed, made before its own decrement, is seen here. */
+  if (atomic_fetch_sub_explicit(&g->live, 1, memory_order_acq_rel) != 1) return false;
+  if (!atomic_load_explicit(&g->closed, memory_order_relaxed)) return false;
+  weft__waiter_wake(g->w);
+  return true;
+}
+
+static bool gang_unreserve(weft__source *src) {
+  gang *g = weft__container_of(src, gang, src);
+  atomic_store_explicit(&g->starved, true, memory_order_relaxed);
+  gang_close(g);
+  return gang_leave(g);
+}
+
+/* Is every index claimed? (Slices only shrink.) */
+static bool gang_drained(gang *g) {
+  for (size_t j = 0; j < g->nslices; j++)
+    if (atomic_load_explicit(&g->slice[j].next, memory_order_relaxed) < g->slice[j].end) return false;
+  return true;
+}
+
+/*
+ * A fiber runs elements until none is left for it, or until one of them
+ * blocked: the scheduler made the gang's next fiber when it did (fiber.h),
+ * so this one ends and its stack, warm, goes to the next fiber made (as Go
+ * reuses a finished goroutine's stack for the next one). A map of 10^6
+ * elements that each sleep then needs fresh stacks only for the elements in
+ * flight at once, not for all of them; a map whose elements never block
+ * runs on one fiber per carrier.
+ */
+static void gang_entry(weft__fiber *f) {
+  gang *g = f->arg;
+  /* The elements see the caller's scoped bindings. */
+  f->tc.scope = g->r.scope;
+  size_t home = weft__fiber_carrier_id() % g->nslices, i;
+  int got;
+  while ((got = gang_claim(g, home, &i)) > 0) {
+    f->flags &= ~(uint32_t)WEFT__FIBER_BLOCKED;
+    int rc = g->r.fn(g->r.ctx, i);
+    if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(&g->r, i, rc);
+    if (f->flags & WEFT__FIBER_BLOCKED) {
+      got = gang_drained(g) ? 0 : -1;
+      break;
+    }
+  }
+  if (got == 0) gang_close(g); /* every index claimed (else another fiber, or a carrier, takes the rest) */
+}
+
+static void gang_done(weft__fiber *f) {
+  /* After the last wake g may be gone; f is not in it (it lives on the fiber's stack, still mapped). */
+  if (gang_leave(f->arg)) weft__source_finished(f);
+}
+
+static void gang_nostack(weft__fiber *f) { (void)f; /* never called: a clone exists only with a stack */ }
+
+static const weft__fiber_ops gang_fiber_ops = {gang_entry, gang_done, gang_nostack};
+static const weft__source_ops gang_source_ops = {gang_reserve, gang_wants, gang_unreserve};
+
+/* What a starved gang left, run on the CPU path: indices [lo, hi) of one slice, errors kept in the gang. */
+typedef struct gang_rest {
+  gang *g;
+  size_t lo;
+} gang_rest;
+
+static int gang_rest_fn(void *ctx, size_t k) {
+  gang_rest *rest = ctx;
+  size_t i = rest->lo + k;
+  int rc = rest->g->r.fn(rest->g->r.ctx, i);
+  if (rc != 0) weft__range_fail(&rest->g->r, i, rc);
+  return 0;
+}
 
 int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel, const void *site) {
-  size_t k = max_parallel && max_parallel < n ? max_parallel : n;
-  size_t bytes;
-  if (__builtin_mul_overflow(k, sizeof(weft__fiber), &bytes) ||
-      __builtin_add_overflow(bytes, sizeof(fiber_map), &bytes))
-    return -ENOMEM;
-  fiber_map *m = weft__malloc_aligned(WEFT__CACHELINE, bytes);
-  if (!m) return -ENOMEM;
-  weft__range_init(&m->r, n, fn, ctx, 1, 0);
-  m->r.workers = k;
-  atomic_init(&m->live, k);
-  m->nfibers = k;
+  gang g;
+  weft__range_init(&g.r, n, fn, ctx, 1, max_parallel);
+  g.max_live = max_parallel ? max_parallel : SIZE_MAX;
+  atomic_init(&g.live, 0);
+  atomic_init(&g.closed, false);
+  atomic_init(&g.starved, false);
+  size_t k = weft_carrier_count();
+  if (k == 0) k = 1;
+  if (k > GANG_SLICES) k = GANG_SLICES;
+  if (k > n) k = n;
+  g.nslices = k;
+  /* Slice j is [j n / k, (j + 1) n / k), computed without overflow. */
+  size_t q = n / k, rem = n % k, start = 0;
+  for (size_t j = 0; j < k; j++) {
+    size_t len = q + (j < rem);
+    atomic_init(&g.slice[j].attached, false);
+    atomic_init(&g.slice[j].next, start);
+    g.slice[j].end = start + len;
+    start += len;
+  }
   weft__waiter w;
   weft__waiter_init(&w, false);
-  m->w = &w;
-  for (size_t i = 0; i < k; i++) {
-    weft__fiber_prepare(&m->fibers[i], &fm_ops, m);
-    m->fibers[i].spawn_site = site;
-  }
-  int rc = weft__fiber_spawn_array(m->fibers, k);
-  if (rc < 0) {
-    weft__free(m);
-    return rc;
-  }
+  g.w = &w;
+  g.src.ops = &gang_source_ops;
+  g.src.fiber_ops = &gang_fiber_ops;
+  g.src.arg = &g;
+  g.src.spawn_site = site;
+  int rc = weft__source_open(&g.src, (unsigned)k);
+  if (rc < 0) return rc;
+  /* Not cancellable: the fibers use this frame until the last one has gone. */
   weft__waiter_wait(&w, -1);
-  /*
-   * Fibers that found no stack ended without running anything: whatever
-   * indices they left goes down the CPU path now, so no element is lost.
-   */
-  if (weft__load_relaxed(&m->r.next) < n) {
-    m->r.grain = 1;
-    weft__pmap_cpu(&m->r);
+  if (atomic_load_explicit(&g.starved, memory_order_relaxed)) {
+    /* No stack for any more fibers: what is left goes down the CPU path, so no element is lost. */
+    for (size_t j = 0; j < k; j++) {
+      size_t lo = atomic_load_explicit(&g.slice[j].next, memory_order_relaxed), hi = g.slice[j].end;
+      if (lo >= hi) continue;
+      gang_rest rest = {&g, lo};
+      weft__range r;
+      weft__range_init(&r, hi - lo, gang_rest_fn, &rest, 1, max_parallel);
+      weft__pmap_cpu(&r);
+    }
   }
-  rc = weft__range_result(&m->r);
-  weft__free(m);
-  return rc;
+  return weft__range_result(&g.r);
 }

@@ -11,6 +11,7 @@
 
 struct weft__fiber;
 struct weft__carrier;
+struct weft__source;
 
 /*
  * What a fiber runs. entry(f) runs on the fiber's own stack; when it returns
@@ -32,7 +33,8 @@ typedef struct weft__fiber_ops {
  */
 typedef struct weft__fiber {
   const weft__fiber_ops *ops;
-  void *arg; /* the owner's: the future or pmap job */
+  void *arg;                   /* the owner's: the future, or the source's arg */
+  struct weft__source *source; /* the source that made it (a clone), else NULL */
   /* --- scheduler-owned --- */
   void *sp;                   /* saved stack pointer while switched out (context.h) */
   struct weft__carrier *home; /* carrier it started on; never changes after */
@@ -40,7 +42,7 @@ typedef struct weft__fiber {
   void *stack_base;           /* lowest usable address; NULL until the first run */
   size_t stack_size;          /* usable bytes */
   void *stack_cookie;         /* the stack allocator's handle */
-  uint64_t id;                /* for messages: stack overflow, pinning trace */
+  uint64_t id;                /* for messages: stack overflow, pinning trace; given when it starts */
   const void *spawn_site;     /* return address in the code that started it (pinning trace) */
   int64_t timer_deadline;     /* armed timer, or 0 */
   size_t timer_slot;          /* index in home's timer heap while armed; SIZE_MAX: in the overflow list */
@@ -54,8 +56,87 @@ typedef struct weft__fiber {
 } weft__fiber;
 
 enum {
-  WEFT__FIBER_STARTED = 1u << 0, /* has a stack and a home; may no longer move */
+  WEFT__FIBER_STARTED = 1u << 0,     /* has a stack and a home; may no longer move */
+  WEFT__FIBER_CLONE = 1u << 1,       /* made by a source: its record lives at the top of its own stack */
+  WEFT__FIBER_SOURCE_DONE = 1u << 2, /* a clone's done() said it was its source's last fiber */
+  WEFT__FIBER_BLOCKED = 1u << 3, /* a clone parked or yielded: set by the scheduler, cleared by its owner */
 };
+
+/*
+ * A fiber source: work that needs many fibers, each created by a carrier
+ * when one is wanted rather than all queued up front (a BLOCKING pmap, in
+ * api/pmap_fibers.c). A carrier makes a fiber from an open source when it
+ * has nothing else to run, and, when a fiber of the source parks, makes the
+ * next one at once and runs it before anything else that is queued: so a
+ * source whose fibers all block keeps one fiber per element in flight, one
+ * page each, created on every carrier in parallel, while a source whose
+ * fibers never block runs on one fiber per carrier. Each fiber's record
+ * (weft__fiber) sits at the top of its own stack, on the page its first
+ * frame touches anyway: a fiber of a source costs no allocation and one page
+ * fault.
+ *
+ * The owner fills ops, fiber_ops, arg and spawn_site, and calls
+ * weft__source_open; the source holds one count of the runtime's live
+ * fibers from open until its last fiber has ended, so shutdown waits for it.
+ */
+typedef struct weft__source_ops {
+  /*
+   * Take a place for one more fiber: true when the source wants one (work
+   * left and below its limit). `idle`: the carrier has nothing else to run
+   * and may take work meant for other carriers; otherwise (one of the
+   * source's fibers just parked on it) only work meant for this carrier, so
+   * that a carrier which got there first does not start everything while
+   * the others are waking up. Called by carriers, from the scheduler's
+   * stack, possibly at the same time on several; never after close has
+   * returned, except from a fiber of the source (which keeps it alive).
+   */
+  bool (*reserve)(struct weft__source *s, bool idle);
+  /*
+   * Would reserve(s, true) succeed now? No side effect. A carrier asks it,
+   * under the source lock, before it sleeps: a source it cannot serve (at
+   * its limit, or with work only for other carriers) must not keep it awake.
+   */
+  bool (*wants)(struct weft__source *s);
+  /*
+   * The place reserved was not used (no stack could be had). Returns true
+   * when that made the source finished (its last place given back with
+   * nothing else running): the scheduler then drops the source's live count.
+   */
+  bool (*unreserve)(struct weft__source *s);
+} weft__source_ops;
+
+typedef struct weft__source {
+  const weft__source_ops *ops;
+  const weft__fiber_ops *fiber_ops; /* for its fibers; done(f) returns through source_done below */
+  void *arg;                        /* each fiber's arg */
+  const void *spawn_site;           /* for the pinning trace */
+  /* --- scheduler-owned --- */
+  struct weft__source *next, *prev; /* the open sources: under the runtime's source lock */
+  bool open;                        /* on that list */
+} weft__source;
+
+/*
+ * Make s available to the carriers and wake up to `want` sleeping ones (a
+ * source that gives each carrier its own share wakes that many). Returns 0,
+ * or -ESHUTDOWN while weft_shutdown runs (nothing was started then).
+ */
+int weft__source_open(weft__source *s, unsigned want);
+
+/*
+ * Take s off the list: no carrier reserves a place through the list after
+ * this returns (a fiber of the source may still, when it parks). Idempotent;
+ * any thread or fiber.
+ */
+void weft__source_close(weft__source *s);
+
+/*
+ * For a fiber of a source, called by its fiber_ops->done: tells the
+ * scheduler whether that was the source's last fiber (done returned it
+ * finished), in which case the source's live count is dropped after done
+ * returns. Set by done through this call rather than a return value so that
+ * weft__fiber_ops stays one shape for every fiber.
+ */
+void weft__source_finished(struct weft__fiber *f);
 
 /* Fill in a fiber for spawning. */
 void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg);
@@ -78,6 +159,17 @@ bool weft__fibers_running(void);
 int weft__fiber_spawn(weft__fiber *f);
 /* Queue n fibers stored side by side (one lock for the whole batch). */
 int weft__fiber_spawn_array(weft__fiber *fs, size_t n);
+
+/* The index of the calling thread's carrier (0, 1, ...), or 0 on any other thread. */
+unsigned weft__fiber_carrier_id(void);
+
+/*
+ * Will carrier `id` look for work soon? True when it exists, is running and
+ * is not running a fiber right now (it is asleep, woken, or in its scheduler
+ * loop); false when it is busy in a fiber or gone. A hint (no lock): for a
+ * source that keeps a share of its work for that carrier.
+ */
+bool weft__carrier_may_arrive(unsigned id);
 
 /* The fiber running on this thread, or NULL. */
 weft__fiber *weft__fiber_self(void);

@@ -52,3 +52,15 @@ void weft__fibers_atfork_child(void) {}
 unsigned weft_carrier_count(void) { return 0; }
 const char *weft__stack_guard_name(void) { return "none"; }
 weft__carrier *weft__carrier_self(void) { return NULL; }
+int weft__source_open(weft__source *s, unsigned want) {
+  WEFT__UNUSED(s);
+  WEFT__UNUSED(want);
+  return -ENOSYS;
+}
+bool weft__carrier_may_arrive(unsigned id) {
+  WEFT__UNUSED(id);
+  return false;
+}
+void weft__source_close(weft__source *s) { WEFT__UNUSED(s); }
+void weft__source_finished(weft__fiber *f) { WEFT__UNUSED(f); }
+unsigned weft__fiber_carrier_id(void) { return 0; }

@@ -122,6 +122,7 @@
 #include "annotate.h"
 #include "context.h"
 #include "fiber.h"
+#include "overflow.h"
 #include "sched.h"
 #include "stack.h"
 
@@ -176,8 +177,8 @@ static inline weft__fq fq_take(weft__fq *src, size_t k) {
 
 enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
 
-/* Stacks an idle carrier unmaps at a time before it looks for work again. */
-#define TRIM_BATCH 16
+/* Arenas an idle carrier trims at a time (about 20 µs each) before it looks for work again. */
+#define TRIM_BATCH 4
 /* How long a carrier stays without work before it gives stacks back. */
 #define TRIM_IDLE_NS (100 * 1000000LL)
 
@@ -193,6 +194,11 @@ weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
 static __thread weft__carrier *tls_carrier;
 
 weft__carrier *weft__carrier_self(void) { return tls_carrier; }
+
+unsigned weft__fiber_carrier_id(void) {
+  weft__carrier *c = tls_carrier;
+  return c ? c->id : 0;
+}
 
 weft__fiber *weft__fiber_self(void) {
   weft__carrier *c = tls_carrier;
@@ -216,7 +222,11 @@ void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg) 
 
 void weft__fiber_get_stats(weft__fiber_stats *out) {
   out->live = atomic_load(&rt.live);
-  out->spawned = atomic_load(&rt.spawned);
+  uint64_t started = atomic_load_explicit(&rt.started_gone, memory_order_relaxed);
+  unsigned n = weft__fibers_running() ? atomic_load_explicit(&rt.ncarriers, memory_order_acquire) : 0;
+  for (unsigned i = 0; i < n; i++)
+    started += atomic_load_explicit(&rt.carriers[i]->started, memory_order_relaxed);
+  out->spawned = started;
   out->stacks_in_use = weft__stack_in_use();
   out->steals = atomic_load(&rt.steals);
 }
@@ -237,6 +247,25 @@ static void wake_idle(weft__carrier *except) {
   }
 }
 
+/* Wake up to n sleeping carriers other than `except`, whether or not one is looking for work. */
+static void wake_sleepers(weft__carrier *except, unsigned n) {
+  unsigned k = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < k && n > 0; i++) {
+    weft__carrier *c = rt.carriers[i];
+    if (c == except || !atomic_load_explicit(&c->poller.sleeping, memory_order_relaxed)) continue;
+    weft__poller_wake(&c->poller);
+    n--;
+  }
+}
+
+bool weft__carrier_may_arrive(unsigned id) {
+  if (id >= atomic_load_explicit(&rt.ncarriers, memory_order_acquire)) return false;
+  weft__carrier *c = rt.carriers[id];
+  if (atomic_load_explicit(&c->status, memory_order_relaxed) != WEFT__C_RUNNING) return false;
+  /* slice_seq is odd while a fiber runs (sched.h). */
+  return (atomic_load_explicit(&c->slice_seq, memory_order_relaxed) & 1) == 0;
+}
+
 /* --- spawning ---------------------------------------------------------------------- */
 
 static void live_dec(size_t n);
@@ -253,7 +282,6 @@ static int spawn_chain(weft__fq *chain) {
     live_dec(n);
     return -ESHUTDOWN;
   }
-  atomic_fetch_add_explicit(&rt.spawned, n, memory_order_relaxed);
   weft__carrier *c = tls_carrier;
   if (c) {
     weft__lock_acquire(&c->spawn_lock);
@@ -278,15 +306,108 @@ int weft__fiber_spawn(weft__fiber *f) { return weft__fiber_spawn_array(f, 1); }
 int weft__fiber_spawn_array(weft__fiber *fs, size_t n) {
   if (n == 0) return 0;
   weft__fq chain = {NULL, NULL, 0};
-  uint64_t id = atomic_fetch_add_explicit(&rt.next_id, n, memory_order_relaxed);
-  for (size_t i = 0; i < n; i++) {
-    fs[i].id = id + i + 1;
-    fq_push(&chain, &fs[i]);
-  }
+  for (size_t i = 0; i < n; i++) fq_push(&chain, &fs[i]);
   return spawn_chain(&chain);
 }
 
-/* --- timers: a binary min-heap per carrier, owned by the carrier ---------------- */
+/* --- fiber sources (fiber.h) ------------------------------------------------------ */
+
+int weft__source_open(weft__source *s, unsigned want) {
+  /* As spawn_chain: counted first, then the state checked, so shutdown waits for the source or we back out.
+   */
+  atomic_fetch_add(&rt.live, 1);
+  if (atomic_load(&rt.state) != RT_RUNNING) {
+    live_dec(1);
+    return -ESHUTDOWN;
+  }
+  weft__lock_acquire(&rt.src_lock);
+  s->next = NULL;
+  s->prev = rt.sources_tail;
+  if (rt.sources_tail)
+    rt.sources_tail->next = s;
+  else
+    rt.sources = s;
+  rt.sources_tail = s;
+  s->open = true;
+  atomic_store_explicit(&rt.nsources, atomic_load_explicit(&rt.nsources, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  weft__lock_release(&rt.src_lock);
+  atomic_thread_fence(memory_order_seq_cst); /* pairs with the sleeping carrier's fence */
+  wake_sleepers(tls_carrier, want);
+  return 0;
+}
+
+/* Does any open source want a fiber from an idle carrier? (Before it sleeps: see work_visible.) */
+static bool sources_want(void) {
+  if (atomic_load(&rt.nsources) == 0) return false;
+  bool w = false;
+  weft__lock_acquire(&rt.src_lock);
+  for (weft__source *s = rt.sources; s && !w; s = s->next) w = s->ops->wants(s);
+  weft__lock_release(&rt.src_lock);
+  return w;
+}
+
+static void source_unlink_locked(weft__source *s) {
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    rt.sources = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  else
+    rt.sources_tail = s->prev;
+  s->next = s->prev = NULL;
+}
+
+void weft__source_close(weft__source *s) {
+  weft__lock_acquire(&rt.src_lock);
+  if (s->open) {
+    source_unlink_locked(s);
+    s->open = false;
+    atomic_store_explicit(&rt.nsources, atomic_load_explicit(&rt.nsources, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
+  }
+  weft__lock_release(&rt.src_lock);
+}
+
+static weft__fiber *clone_make(weft__carrier *c, weft__source *s);
+
+/*
+ * An idle carrier makes a fiber from the first open source that wants one,
+ * and moves that source to the back of the list (several maps at once share
+ * the carriers in turn). The place is reserved under the lock, so the source
+ * is alive until the fiber exists or the place is given back.
+ */
+static weft__fiber *pull_source(weft__carrier *c, bool idle) {
+  if (atomic_load_explicit(&rt.nsources, memory_order_relaxed) == 0) return NULL;
+  weft__lock_acquire(&rt.src_lock);
+  weft__source *s = rt.sources;
+  while (s && !s->ops->reserve(s, idle)) s = s->next;
+  if (s && s != rt.sources_tail) {
+    source_unlink_locked(s);
+    s->prev = rt.sources_tail;
+    rt.sources_tail->next = s;
+    rt.sources_tail = s;
+  }
+  weft__lock_release(&rt.src_lock);
+  if (!s) return NULL;
+  weft__fiber *f = clone_make(c, s);
+  if (!f && s->ops->unreserve(s)) live_dec(1);
+  return f;
+}
+
+/* --- timers: per carrier, owned by the carrier ---------------------------------- */
+
+/*
+ * Three homes (sched.h): the FIFO of non-decreasing deadlines takes every
+ * timer armed no earlier than its tail, which is what a burst of sleeps of
+ * one length does (100,000 fibers parked for a second each: a heap would
+ * sift each one through 17 levels of cache misses as it fires); the heap
+ * takes the rest; the overflow list the rare timer the heap had no memory
+ * for. timer_slot: an index in the heap, or one of these two.
+ */
+#define TSLOT_OVERFLOW SIZE_MAX
+#define TSLOT_FIFO     (SIZE_MAX - 1)
 
 static void heap_set(weft__carrier *c, size_t i, weft__fiber *f) {
   c->heap[i] = f;
@@ -338,7 +459,7 @@ static void heap_remove(weft__carrier *c, size_t i) {
  * deadline and not before. The list is empty but in that rare case.
  */
 static void overflow_push(weft__carrier *c, weft__fiber *f) {
-  f->timer_slot = SIZE_MAX;
+  f->timer_slot = TSLOT_OVERFLOW;
   f->tprev = NULL;
   f->tnext = c->toverflow;
   if (c->toverflow) c->toverflow->tprev = f;
@@ -354,10 +475,37 @@ static void overflow_remove(weft__carrier *c, weft__fiber *f) {
   f->tnext = f->tprev = NULL;
 }
 
+static void fifo_append(weft__carrier *c, weft__fiber *f) {
+  f->timer_slot = TSLOT_FIFO;
+  f->tnext = NULL;
+  f->tprev = c->tfifo_tail;
+  if (c->tfifo_tail)
+    c->tfifo_tail->tnext = f;
+  else
+    c->tfifo_head = f;
+  c->tfifo_tail = f;
+}
+
+static void fifo_remove(weft__carrier *c, weft__fiber *f) {
+  if (f->tprev)
+    f->tprev->tnext = f->tnext;
+  else
+    c->tfifo_head = f->tnext;
+  if (f->tnext)
+    f->tnext->tprev = f->tprev;
+  else
+    c->tfifo_tail = f->tprev;
+  f->tnext = f->tprev = NULL;
+}
+
 void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
   weft__carrier *c = self->home;
   self->timer_deadline = deadline_ns > 0 ? deadline_ns : 1;
   self->timer_waiter = w;
+  if (!c->tfifo_tail || c->tfifo_tail->timer_deadline <= self->timer_deadline) {
+    fifo_append(c, self);
+    return;
+  }
   if (c->heap_len == c->heap_cap) {
     size_t cap = c->heap_cap ? c->heap_cap * 2 : 256;
     weft__fiber **h = weft__realloc(c->heap, cap * sizeof *h);
@@ -374,7 +522,9 @@ void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter 
 
 void weft__fiber_timer_disarm(weft__fiber *self) {
   if (!self->timer_deadline) return;
-  if (self->timer_slot == SIZE_MAX)
+  if (self->timer_slot == TSLOT_FIFO)
+    fifo_remove(self->home, self);
+  else if (self->timer_slot == TSLOT_OVERFLOW)
     overflow_remove(self->home, self);
   else
     heap_remove(self->home, self->timer_slot);
@@ -391,14 +541,21 @@ static void fire(weft__fiber *f) {
 
 /* Fire the due timers; returns the next deadline, or -1 when none is armed. */
 static int64_t run_timers(weft__carrier *c) {
-  if (c->heap_len == 0 && !c->toverflow) return -1;
+  if (c->heap_len == 0 && !c->toverflow && !c->tfifo_head) return -1;
   int64_t now = weft_now_ns();
+  while (c->tfifo_head && c->tfifo_head->timer_deadline <= now) {
+    weft__fiber *f = c->tfifo_head;
+    fifo_remove(c, f);
+    fire(f);
+  }
   while (c->heap_len > 0 && c->heap[0]->timer_deadline <= now) {
     weft__fiber *f = c->heap[0];
     heap_remove(c, 0);
     fire(f);
   }
   int64_t next = c->heap_len ? c->heap[0]->timer_deadline : -1;
+  if (c->tfifo_head && (next < 0 || c->tfifo_head->timer_deadline < next))
+    next = c->tfifo_head->timer_deadline;
   for (weft__fiber *f = c->toverflow, *n; f; f = n) {
     n = f->tnext;
     if (f->timer_deadline <= now) {
@@ -498,6 +655,31 @@ void weft__fiber_ready(weft__fiber *f) {
   weft__lock_release(&home->inbox_lock);
 }
 
+/* A fiber id: unique for the runtime's life, from a block of the carrier's own (one atomic per block). */
+#define ID_BLOCK 1024
+static uint64_t next_fiber_id(weft__carrier *c) {
+  if (WEFT__UNLIKELY(c->id_next == c->id_end)) {
+    c->id_next = atomic_fetch_add_explicit(&rt.next_id, ID_BLOCK, memory_order_relaxed) + 1;
+    c->id_end = c->id_next + ID_BLOCK;
+  }
+  return c->id_next++;
+}
+
+/* Make f, which has a stack of `usable` bytes for frames from base, a fresh context homed on c. */
+static void start_on(weft__carrier *c, weft__fiber *f, void *base, size_t usable, void *cookie) {
+  f->stack_base = base;
+  f->stack_size = usable;
+  f->stack_cookie = cookie;
+  f->home = c;
+  f->id = next_fiber_id(c);
+  f->flags |= WEFT__FIBER_STARTED;
+  f->san_tsan_fiber = WEFT__TSAN_CREATE();
+  f->sp = weft__ctx_make(base, usable, fiber_main);
+  c->homed++;
+  atomic_store_explicit(&c->started, atomic_load_explicit(&c->started, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+}
+
 /* Give f a stack and a context; false (after nostack) when there is no stack to be had. */
 static bool start_fiber(weft__carrier *c, weft__fiber *f) {
   void *base, *cookie;
@@ -507,15 +689,29 @@ static bool start_fiber(weft__carrier *c, weft__fiber *f) {
     live_dec(1);
     return false;
   }
-  f->stack_base = base;
-  f->stack_size = size;
-  f->stack_cookie = cookie;
-  f->home = c;
-  f->flags |= WEFT__FIBER_STARTED;
-  f->san_tsan_fiber = WEFT__TSAN_CREATE();
-  f->sp = weft__ctx_make(base, size, fiber_main);
-  c->homed++;
+  start_on(c, f, base, size, cookie);
   return true;
+}
+
+/* Bytes at the top of a clone's stack that hold its record (a whole number of cache lines). */
+#define CLONE_RECORD ((sizeof(weft__fiber) + WEFT__CACHELINE - 1) / WEFT__CACHELINE * WEFT__CACHELINE)
+
+/*
+ * A fiber of source s, ready to run on c: its record at the top of a fresh
+ * stack, its first frame just below, on the same page. NULL when no stack
+ * can be had. The caller has reserved its place in s.
+ */
+static weft__fiber *clone_make(weft__carrier *c, weft__source *s) {
+  void *base, *cookie;
+  size_t size;
+  if (weft__stack_alloc(&base, &size, &cookie) != 0) return NULL;
+  weft__fiber *f = (weft__fiber *)(void *)((char *)base + size - CLONE_RECORD);
+  weft__fiber_prepare(f, s->fiber_ops, s->arg);
+  f->source = s;
+  f->spawn_site = s->spawn_site;
+  f->flags = WEFT__FIBER_CLONE;
+  start_on(c, f, base, size - CLONE_RECORD, cookie);
+  return f;
 }
 
 /* n fibers are done (or never were): the last one lets a waiting shutdown go on. */
@@ -528,22 +724,54 @@ static void live_dec(size_t n) {
   }
 }
 
+void weft__source_finished(weft__fiber *f) { f->flags |= WEFT__FIBER_SOURCE_DONE; }
+
+/* Put f where it runs before anything queued: the runnext slot (an earlier occupant moves to ready). */
+static void set_runnext(weft__carrier *c, weft__fiber *f) {
+  if (c->runnext) fq_push(&c->ready, c->runnext);
+  c->runnext = f;
+}
+
+/* A fiber of source s parked on c: make the next one now, so that the source's work keeps flowing. */
+static void source_next(weft__carrier *c, weft__fiber *parked, weft__source *s) {
+  parked->flags |= WEFT__FIBER_BLOCKED;
+  if (!s->ops->reserve(s, false)) return;
+  weft__fiber *g = clone_make(c, s);
+  if (g) {
+    set_runnext(c, g);
+  } else if (s->ops->unreserve(s)) {
+    live_dec(1);
+  }
+}
+
 /* After f switched back to the scheduler: what it asked for. */
 static void after_switch(weft__carrier *c, weft__fiber *f) {
   switch (c->after) {
   case WEFT__AFTER_YIELD:
     /* Behind everything runnable, new work included (Go puts it on the global queue). */
     fq_push(&c->yielded, f);
+    /* A fiber of a source that gives up the carrier lets the source's next element start, as a park does. */
+    if (f->source) source_next(c, f, f->source);
     break;
   case WEFT__AFTER_EXIT: {
     WEFT__TSAN_DESTROY(f->san_tsan_fiber);
-    weft__stack_free(f->stack_cookie);
     c->homed--;
-    f->ops->done(f); /* may free f */
-    live_dec(1);
+    void *cookie = f->stack_cookie;
+    if (f->flags & WEFT__FIBER_CLONE) {
+      /* The record is on the stack: done first, then the stack; the source's count last. */
+      f->ops->done(f);
+      bool last = f->flags & WEFT__FIBER_SOURCE_DONE;
+      weft__stack_free(cookie);
+      if (last) live_dec(1);
+    } else {
+      weft__stack_free(cookie);
+      f->ops->done(f); /* may free f */
+      live_dec(1);
+    }
     break;
   }
   default: /* parked: whoever resolves its waiter readies it */
+    if (f->source) source_next(c, f, f->source);
     break;
   }
 }
@@ -630,7 +858,8 @@ static bool work_visible(weft__carrier *c) {
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
     if (atomic_load(&rt.carriers[i]->spawn_len)) return true;
-  return false;
+  /* A source counts only if it would give this carrier a fiber: one at its limit must not keep it awake. */
+  return sources_want();
 }
 
 /* The next fiber to run, sleeping when there is none; NULL when the runtime stops. */
@@ -651,9 +880,24 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       /* Descriptors and ring completions of a busy carrier: look without waiting. */
       if (weft__poller_busy(&c->poller)) weft__poller_wait(&c->poller, 0);
       fq_splice(&c->ready, &c->yielded);
-      if ((f = pop_spawn(c)) || (f = take_global(c))) return f;
+      /* A busy carrier looks at the sources too, for its own share of a map (not others'). */
+      if ((f = pop_spawn(c)) || (f = take_global(c)) || (f = pull_source(c, false))) return f;
     }
-    if ((f = fq_pop(&c->ready)) || (f = pop_spawn(c))) return f;
+    /*
+     * Readied fibers first, then a source's next fiber (the one made when
+     * its last one parked), then new work. Woken fibers going first keeps
+     * their wake-ups on time while a map is still starting elements, and
+     * lets them finish and give their warm stacks to the fibers made next:
+     * measured on a million sleeping elements, letting the new fiber go
+     * first (Go's runnext) instead left most wake-ups seconds late and every
+     * element on a fresh stack (5.6 s against 3.5 s, twice the page faults).
+     */
+    if ((f = fq_pop(&c->ready))) return f;
+    if ((f = c->runnext)) {
+      c->runnext = NULL;
+      return f;
+    }
+    if ((f = pop_spawn(c))) return f;
 
     /* Nothing of our own to run: submit what the fibers queued, and see what is done. */
     if (weft__uring_busy(&c->poller)) {
@@ -673,7 +917,8 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     }
 
     atomic_fetch_add(&rt.nspinning, 1);
-    f = take_global(c);
+    f = pull_source(c, true);
+    if (!f) f = take_global(c);
     if (!f) f = steal(c);
     atomic_fetch_sub(&rt.nspinning, 1);
     if (f) {
@@ -694,7 +939,8 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      * back, or the burst is over.
      */
     int64_t wake_at = next_timer;
-    if (c->extra && c->homed == 0 && c->heap_len == 0 && !c->toverflow && !weft__poller_busy(&c->poller)) {
+    if (c->extra && c->homed == 0 && c->heap_len == 0 && !c->toverflow && !c->tfifo_head &&
+        !weft__poller_busy(&c->poller)) {
       int64_t t = weft_now_ns();
       if (!c->idle_since) c->idle_since = t;
       if (t - c->idle_since >= RETIRE_NS) return NULL;
@@ -710,6 +956,8 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     if (!c->idle_since) c->idle_since = now;
     if (weft__stack_excess()) {
       if (now - c->idle_since >= TRIM_IDLE_NS) {
+        /* Our cache too, so that the trim can empty whole chunks (it refills from the pool later). */
+        weft__stack_cache_flush();
         weft__stack_trim(TRIM_BATCH);
         continue;
       }
@@ -759,9 +1007,9 @@ static void *carrier_main(void *arg) {
    * (archer) when the thread exits.
    */
   (void)weft__cpu_in_region();
-  weft__stack_thread_init(); /* without it an overflow still ends the process, just with no message */
+  weft__overflow_thread_init(); /* without it an overflow still ends the process, just with no message */
   sched_loop(c);
-  weft__stack_thread_fini();
+  weft__overflow_thread_fini();
   tls_carrier = NULL;
   if (c->extra) atomic_fetch_sub(&rt.nextra, 1);
   atomic_fetch_sub(&rt.nrunning, 1);
@@ -843,7 +1091,8 @@ void weft__carriers_reap_locked(void) {
 }
 
 size_t weft__unstarted_count(void) {
-  size_t u = atomic_load_explicit(&rt.gq_len, memory_order_relaxed);
+  size_t u = atomic_load_explicit(&rt.gq_len, memory_order_relaxed) +
+             atomic_load_explicit(&rt.nsources, memory_order_relaxed);
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
     u += atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed);
@@ -861,6 +1110,7 @@ static void stop_carriers_locked(void) {
   pthread_mutex_lock(&rt.mu);
   atomic_store(&rt.exit, false);
   for (unsigned i = 0; i < n; i++) {
+    atomic_fetch_add_explicit(&rt.started_gone, atomic_load(&rt.carriers[i]->started), memory_order_relaxed);
     carrier_free(rt.carriers[i]);
     rt.carriers[i] = NULL;
   }
@@ -893,7 +1143,7 @@ int weft__fibers_start(void) {
   weft__atfork_init();
   rc = weft__stack_init(s.stack_size);
   if (rc < 0) goto fail;
-  weft__stack_overflow_install();
+  weft__overflow_install();
   rt.cap = s.max_carriers;
   rt.carriers = weft__calloc(rt.cap, sizeof *rt.carriers);
   if (!rt.carriers) {
@@ -977,6 +1227,9 @@ void weft__fibers_atfork_child(void) {
   rt.gq.head = rt.gq.tail = NULL;
   rt.gq.len = 0;
   weft__lock_init(&rt.gq_lock);
+  weft__lock_init(&rt.src_lock);
+  rt.sources = rt.sources_tail = NULL;
+  atomic_store(&rt.nsources, 0);
   rt.carriers = NULL;
   rt.cap = 0;
   tls_carrier = NULL;
@@ -988,6 +1241,6 @@ bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_
   weft__fiber *f = c->current;
   if (!weft__stack_guard_contains(f->stack_cookie, addr)) return false;
   *fiber_id = f->id;
-  *stack_size = f->stack_size;
+  *stack_size = f->stack_size + (f->flags & WEFT__FIBER_CLONE ? CLONE_RECORD : 0);
   return true;
 }

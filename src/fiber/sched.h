@@ -30,16 +30,28 @@ typedef struct weft__carrier {
                            only through the pinning monitor's slice_seq */
   uint64_t slices;      /* slice_seq's value, kept here so that a switch writes and never reads it */
   weft__fq ready;       /* started fibers that may run */
+  weft__fiber *runnext; /* runs after ready, before new work: the fiber a source made when one of its
+                           fibers parked (find_runnable) */
   weft__fq yielded;     /* fibers that yielded: they run after everything else runnable */
-  weft__fiber **heap;   /* timer min-heap by timer_deadline */
+  /*
+   * Timers, in three homes (a fiber is in at most one, timer_slot says which):
+   * tfifo, a list of non-decreasing deadlines (most sleeps are armed in
+   * deadline order: O(1) to arm and to fire, no memory); heap, a min-heap for
+   * the rest; toverflow, an unsorted list for a timer the heap had no memory
+   * for.
+   */
+  weft__fiber *tfifo_head, *tfifo_tail;
+  weft__fiber **heap;
   size_t heap_len, heap_cap;
-  weft__fiber *toverflow; /* timers armed when the heap could not grow: an unsorted list */
-  int after;              /* WEFT__AFTER_* of the fiber that just switched back */
-  uint64_t tick;          /* scheduling rounds, for fairness */
-  uint64_t rand;          /* steal-victim choice */
-  size_t homed;           /* started fibers whose home this is */
-  void *asan_fake;        /* AddressSanitizer's fake stack of the scheduler, across a switch */
-  void *native_bottom;    /* the carrier thread's own stack, for AddressSanitizer */
+  weft__fiber *toverflow;
+  int after;                    /* WEFT__AFTER_* of the fiber that just switched back */
+  uint64_t tick;                /* scheduling rounds, for fairness */
+  uint64_t rand;                /* steal-victim choice */
+  uint64_t id_next, id_end;     /* fiber ids: a block taken from rt.next_id at a time */
+  atomic_uint_fast64_t started; /* fibers started here (stats; written by the owner only) */
+  size_t homed;                 /* started fibers whose home this is */
+  void *asan_fake;              /* AddressSanitizer's fake stack of the scheduler, across a switch */
+  void *native_bottom;          /* the carrier thread's own stack, for AddressSanitizer */
   size_t native_size;
   void *tsan_self; /* ThreadSanitizer's handle of the carrier thread */
   unsigned id;
@@ -74,33 +86,37 @@ typedef struct weft__carrier {
 enum { WEFT__C_RUNNING = 0, WEFT__C_RETIRED = 1, WEFT__C_JOINED = 2 };
 
 typedef struct weft__rt {
-  pthread_mutex_t mu;                         /* guards start, stop and the carriers array's growth */
-  pthread_cond_t quiesce_cv;                  /* shutdown waits here for live == 0 */
-  atomic_int state;                           /* RT_STOPPED, RT_RUNNING, RT_STOPPING (no new spawns) */
-  atomic_bool exit;                           /* carriers leave their loop (shutdown, after live reached 0) */
-  weft__settings settings;                    /* resolved at start */
-  weft__carrier **carriers;                   /* cap slots; the first ncarriers are valid */
-  unsigned cap;                               /* max_carriers */
-  atomic_uint ncarriers;                      /* carriers created (published with release) */
-  atomic_uint nrunning;                       /* carriers running (weft_carrier_count) */
-  atomic_uint nspinning;                      /* carriers looking for work right now */
-  WEFT__ALIGNED_CL weft__lock gq_lock;        /* guards gq */
-  weft__fq gq;                                /* fibers spawned by threads that are not carriers */
-  atomic_size_t gq_len;                       /* gq.len, readable without the lock */
-  WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done */
+  pthread_mutex_t mu;                   /* guards start, stop and the carriers array's growth */
+  pthread_cond_t quiesce_cv;            /* shutdown waits here for live == 0 */
+  atomic_int state;                     /* RT_STOPPED, RT_RUNNING, RT_STOPPING (no new spawns) */
+  atomic_bool exit;                     /* carriers leave their loop (shutdown, after live reached 0) */
+  weft__settings settings;              /* resolved at start */
+  weft__carrier **carriers;             /* cap slots; the first ncarriers are valid */
+  unsigned cap;                         /* max_carriers */
+  atomic_uint ncarriers;                /* carriers created (published with release) */
+  atomic_uint nrunning;                 /* carriers running (weft_carrier_count) */
+  atomic_uint nspinning;                /* carriers looking for work right now */
+  WEFT__ALIGNED_CL weft__lock gq_lock;  /* guards gq */
+  weft__fq gq;                          /* fibers spawned by threads that are not carriers */
+  atomic_size_t gq_len;                 /* gq.len, readable without the lock */
+  WEFT__ALIGNED_CL weft__lock src_lock; /* guards sources */
+  weft__source *sources;                /* open fiber sources, a list (fiber.h) */
+  weft__source *sources_tail;
+  atomic_uint nsources;                       /* on the list, readable without the lock (a hint) */
+  WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done, and open sources */
   atomic_bool quiesce_waiting;                /* shutdown waits for live == 0 */
-  atomic_uint_fast64_t spawned;
+  atomic_uint_fast64_t started_gone;          /* fibers started on carriers since freed (stats) */
   atomic_uint_fast64_t steals;
-  atomic_uint_fast64_t next_id;
-  pthread_t monitor;          /* the pinning monitor's thread (monitor.c) */
-  bool monitor_running;       /* under mu */
-  pthread_mutex_t monitor_mu; /* guards monitor_stop and monitor_parked's wake-up */
-  pthread_cond_t monitor_cv;  /* the monitor sleeps here between looks */
-  bool monitor_stop;          /* under monitor_mu */
-  atomic_bool monitor_parked; /* the monitor sleeps until a carrier runs a fiber */
-  atomic_uint nextra;         /* compensation carriers running */
-  bool warned_fewer;          /* said once that fewer carriers started */
-  bool warned_fallback;       /* said once that fibers could not start */
+  atomic_uint_fast64_t next_id; /* fiber ids are handed out in blocks from here */
+  pthread_t monitor;            /* the pinning monitor's thread (monitor.c) */
+  bool monitor_running;         /* under mu */
+  pthread_mutex_t monitor_mu;   /* guards monitor_stop and monitor_parked's wake-up */
+  pthread_cond_t monitor_cv;    /* the monitor sleeps here between looks */
+  bool monitor_stop;            /* under monitor_mu */
+  atomic_bool monitor_parked;   /* the monitor sleeps until a carrier runs a fiber */
+  atomic_uint nextra;           /* compensation carriers running */
+  bool warned_fewer;            /* said once that fewer carriers started */
+  bool warned_fallback;         /* said once that fibers could not start */
 } weft__rt;
 
 extern weft__rt weft__rt_state;
@@ -114,7 +130,7 @@ int weft__carrier_start_locked(bool extra);
 /* Join carriers that retired (their threads have ended). Called with rt.mu held. */
 void weft__carriers_reap_locked(void);
 
-/* Unstarted fibers waiting anywhere (global queue and spawn queues). */
+/* Unstarted fibers waiting anywhere (global queue and spawn queues), plus open sources. */
 size_t weft__unstarted_count(void);
 
 /* The pinning monitor (monitor.c): started and stopped with the runtime, under rt.mu. */

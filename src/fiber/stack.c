@@ -1,117 +1,151 @@
 /*
- * This file contains the fiber stack allocator and the stack overflow
- * handler (the contract is in stack.h).
+ * This file contains the fiber stack allocator (the contract is in stack.h).
  *
- * One stack is one anonymous mapping:
+ * ==== What a fiber's stack costs, and where the cost went ===================
  *
- *   map                      base = map + guard                 top = base + size
- *    |<------- guard -------->|<------------- usable --------------->|
- *    | MADV_GUARD_INSTALL     | MAP_NORESERVE: the kernel commits a   |
- *    | markers, or PROT_NONE, | page when the fiber first touches it; |
- *    | or (none) plain memory | the fiber's sp starts at top          |
+ * A parked fiber needs at least one page of its own: its top frames. That
+ * page is paid for once, by the first store into it (a page fault: ~0.2 µs
+ * on bare metal, 2-17 µs under shadow paging, whose price this project's
+ * machines pay). Everything else a stack needs is bookkeeping, and the first
+ * version paid it per stack: an mmap for every 16 stacks (the address-space
+ * lock taken for writing, which every page fault of the other carriers then
+ * waited for: with two carriers creating fibers, each one's cost per stack
+ * doubled), a madvise per guard, a malloc per record, and a munmap per stack
+ * beyond the pool (a TLB shootdown each: 100,000 of them after a burst).
+ * Now:
  *
- * Both ends are page aligned, so a fiber that only touches its top page
- * costs one page of memory, and the top page is the fiber's own (the
- * scheduler keeps the fiber struct elsewhere). The bookkeeping record
- * (stack_rec, the cookie) is a small malloc'd struct, not a header in the
- * mapping, for the same reason.
+ *   chunk   one mapping (MAP_NORESERVE: address space only) of many arenas,
+ *           mapped when the last one is full; the first holds one arena, each
+ *           next one twice as many, up to CHUNK_ARENAS_MAX (1.3 GB of address
+ *           space at the default size). A burst of 100,000 fibers maps about
+ *           30 of them; the mmap lock is taken that often, not per stack.
+ *   arena   ARENA_BYTES of stacks side by side in a chunk (64 at the default
+ *           size). It is carved when first needed: one malloc for the records
+ *           of all its stacks, and its guards installed with one system call
+ *           (process_madvise with a vector of ranges; madvise per stack where
+ *           the kernel has no process_madvise for guards). It is also the
+ *           unit in which memory goes back.
+ *   stack   [guard | usable]: the guard below, the fiber's sp starting at the
+ *           top. A fresh stack costs its page fault and nothing else.
+ *
+ *   chunk:  | arena 0                      | arena 1            | ...  (not carved yet)
+ *   arena:  | guard | usable | guard | usable | ... 64 stacks ... |
+ *                   ^base             ^base + size: sp starts here
+ *
+ * The records (stack_slot, the cookie) live in the arena's header, not in
+ * the mapping, so that a fiber which touches only its top page costs one
+ * page; the scheduler may place a fiber's own record in that page, above its
+ * first frame.
+ *
+ * ==== Pooling ===============================================================
+ *
+ * A freed stack goes to the freeing thread's cache: a LIFO list in
+ * thread-local storage, touched only by its thread, so that the common case
+ * of a carrier that frees a stack and soon takes one is a few pointer writes,
+ * no lock and no atomic read-modify-write (the most recently freed stack,
+ * whose pages are committed and warm, is reused first). A cache holds at most
+ * cache_max stacks (32 of 256 KiB: 8 MiB of stack per thread); when it is
+ * full its cold half goes to the pool, and when it is empty it takes a batch
+ * from the pool (one lock per batch). The pool is the arenas' own free lists:
+ * a stack in the pool sits in its arena's list, and each chunk keeps a mask
+ * of its arenas that have free stacks. A batch is taken from the oldest
+ * chunk and lowest arena first, and a trim gives memory back from the newest
+ * and highest first, so that what stays in use gathers in the first arenas
+ * and the last (and largest) chunks empty out and can be unmapped whole.
+ *
+ * ==== Giving memory back ====================================================
+ *
+ * Freeing never makes a system call. Once a carrier has had nothing to do for
+ * a while (sched.c: TRIM_IDLE_NS) it flushes its cache to the pool and calls
+ * weft__stack_trim, a bounded step at a time, looking for work in between:
+ *
+ *  - Free stacks whose pages may be committed ("dirty": used since their
+ *    last trim) beyond pool_max (the high-water mark: 64 MiB of stack, 256
+ *    stacks of 256 KiB) get MADV_DONTNEED, an arena at a time: one call over
+ *    the whole arena when all its stacks are free, else one vector of ranges.
+ *    Guards survive it (the kernel keeps guard markers across DONTNEED, and a
+ *    PROT_NONE guard is its own mapping), so a trimmed stack is reused later
+ *    without any system call but its page fault.
+ *  - A chunk with no stack taken and nothing dirty left is unmapped whole
+ *    (the first chunk stays), which returns its page tables too: guard
+ *    markers keep a page-table page alive per 2 MiB of stacks (about 640
+ *    bytes per stack at the default size) for as long as the chunk is mapped.
+ *
+ * So after a burst at most pool_max + cache_max per carrier stacks keep their
+ * pages, and no fiber ever pays for a shootdown: there is one per arena
+ * trimmed or chunk unmapped, off the hot path.
+ *
+ * Pre-faulting (MADV_POPULATE_WRITE over the top pages of a fresh arena, one
+ * call for all its stacks) was measured and lost: 2.79 µs against 2.70 µs a
+ * stack on one thread, 3.83 against 2.93 on two (docs/benchmarks.md), since
+ * the kernel then does the same work per page and adds the call. It is not
+ * done.
+ *
+ * ==== Guards ================================================================
  *
  * Guard size: 64 KiB (or one page where pages are larger). A guard only
  * catches a frame that does not step over it, and C code does declare
- * buffers of tens of KiB on the stack (PATH_MAX arrays, printf's internals,
- * a char buf[32768]); 64 KiB catches all but the rare giant frame, while
- * GCC's -fstack-clash-protection code is caught by any guard. It costs
- * nothing to speak of: the guard is never committed (PTE markers or
- * PROT_NONE), it only takes address space, 64 KiB per stack (6.4 GB for
- * 100,000 stacks, of the 128 TiB a 47-bit user space has).
+ * buffers of tens of KiB on the stack (PATH_MAX arrays, printf's internals, a
+ * char buf[32768]); 64 KiB catches all but the rare giant frame, while GCC's
+ * -fstack-clash-protection code is caught by any guard. It costs no memory:
+ * the guard is never committed (PTE markers or PROT_NONE), it only takes
+ * address space, 64 KiB per stack (6.4 GB for 100,000 stacks, of the
+ * 128 TiB a 47-bit user space has).
  *
- * Guard methods, probed at init, overridable with WEFT_STACK_GUARD:
+ * Methods, probed at init, overridable with WEFT_STACK_GUARD:
  *
- *  - "madv-guard": madvise(MADV_GUARD_INSTALL), Linux 6.13+. Installs PTE
- *    markers; the mapping stays one VMA and merges with its neighbours, so
- *    guards never spend vm.max_map_count. The probe checks that a guarded
- *    page really refuses access (an emulator may accept the advice and
- *    ignore it). If the call fails for one stack (mlockall'd memory, say),
- *    that stack falls back to mprotect.
- *  - "mprotect": mprotect(PROT_NONE) splits the mapping in two VMAs, so
- *    each stack spends up to two of the process's vm.max_map_count
- *    mappings (65530 by default: about 30,000 guarded stacks at most). The
- *    budget: at init, (max_map_count - mappings now - margin) / 2 stacks,
- *    the margin being max(4096, max_map_count / 8) mappings left for the
- *    program, its libraries and its malloc. Past the budget, or when
- *    mprotect fails, a stack comes without a guard and one warning (per
- *    init) says so: weaker protection beats failing the spawn. The
- *    estimate is made once per init (each runtime start); the program's own
- *    later mappings are what the margin is for.
- *  - "none": no protection. The guard region stays reserved as plain
- *    memory below the stack (a cushion), so an overflow of up to the guard
- *    size goes undetected but lands in the stack's own mapping, not in a
+ *  - "madv-guard": MADV_GUARD_INSTALL (Linux 6.13+). Installs PTE markers;
+ *    the chunk stays one VMA and merges with its neighbours, so guards never
+ *    spend vm.max_map_count: a million stacks fit under the default limit.
+ *    The probe checks that a guarded page really refuses access (an emulator
+ *    may accept the advice and ignore it). If the call fails for one stack
+ *    (mlockall'd memory, say), that stack falls back to mprotect.
+ *  - "mprotect": mprotect(PROT_NONE) splits the chunk's mapping, so each
+ *    stack spends up to two of the process's vm.max_map_count mappings
+ *    (65530 by default: about 30,000 guarded stacks at most). The budget: at
+ *    init, (max_map_count - mappings now - margin) / 2 stacks, the margin
+ *    being max(4096, max_map_count / 8) mappings left for the program, its
+ *    libraries and its malloc. Past the budget, or when mprotect fails, a
+ *    stack comes without a guard and one warning (per init) says so: weaker
+ *    protection beats failing the spawn.
+ *  - "none": no protection. The guard region stays reserved as plain memory
+ *    below the stack (a cushion), so an overflow of up to the guard size goes
+ *    undetected but lands in the stack's own reservation, not in a
  *    neighbouring stack; a bigger one corrupts whatever lies below.
  *
- * Pooling. A freed stack goes to the freeing thread's cache: a LIFO list in
- * thread-local storage, touched only by its thread, so the common case of a
- * carrier that frees a stack and soon takes one is a few pointer writes, no
- * lock and no atomic read-modify-write (the most recently freed stack, whose
- * pages are committed and warm, is reused first). A cache holds at most
- * cache_max stacks (32 of 256 KiB: at most 8 MiB of stack per thread). When
- * it is full, the cold half goes to the global pool (one lock per batch);
- * when it is empty, the next allocation takes a batch back from the pool
- * (one lock per batch), and only when the pool is empty too is a fresh
- * stack mapped. The global pool keeps at most pool_max stacks (64 MiB of
- * stack: 256 of 256 KiB); a stack freed beyond that is unmapped at once
- * (outside the lock). So a burst of 100,000 fibers leaves at most
- * pool_max + cache_max per thread stacks mapped once it is over, and the
- * memory the pool can hold is bounded by stack bytes, not by the size of
- * the last burst. Pooled stacks keep the pages their last fibers touched:
- * releasing them (MADV_DONTNEED) on every free would cost a system call and
- * page faults on the hot path, and the byte bounds already cap the worst
- * case.
+ * ==== The rest ==============================================================
  *
  * Frees from another thread go to that thread's cache, which is as good as
  * any (all stacks are alike). A thread's cache is flushed to the pool when
  * the thread exits (a pthread key destructor), and fini empties every live
  * thread's cache through a registry of caches, so nothing is ever stranded.
- * A stack mapped under an earlier init (a different size, say) that comes
- * back after fini is unmapped instead of pooled: each init starts a new
- * generation.
+ * Each init starts a new generation: a stack of an earlier one that comes
+ * back is not pooled, and its chunk is unmapped once nothing of it is taken.
  *
  * The in-use count is the sum of per-thread counters (each written only by
- * its thread, read by anyone), so that counting does not put a shared cache
- * line on the hot path.
+ * its thread, read by anyone), so that counting puts no shared cache line on
+ * the hot path.
  *
- * Valgrind: each stack is registered (VALGRIND_STACK_REGISTER) while it is
- * mapped, so that a switch onto it is not taken for a huge stack frame.
- * AddressSanitizer: a freed stack's usable range is unpoisoned, because the
- * frames of a fiber that switched away for good never return and leave
- * their redzones poisoned: the next fiber, or whatever memory the address
- * range holds after munmap, would get false reports.
+ * Valgrind: each stack is registered (VALGRIND_STACK_REGISTER) while its
+ * chunk is mapped, so that a switch onto it is not taken for a huge stack
+ * frame. AddressSanitizer: a freed stack's usable range is unpoisoned,
+ * because the frames of a fiber that switched away for good never return and
+ * leave their redzones poisoned.
  *
- * Overflow. A fiber that runs off its stack faults in the guard; its own
- * stack has no room for a signal frame, so each carrier has an alternate
- * signal stack (weft__stack_thread_init) and the SIGSEGV/SIGBUS handler runs
- * there (SA_ONSTACK). It asks the scheduler (weft__fiber_fault_info)
- * whether the fault address, or failing that the interrupted stack
- * pointer, lies in the guard of the fiber running on this thread. If so it
- * writes one line naming the fiber and its stack size, with write(2) and
- * its own number formatting (async-signal-safe), and aborts. Any other
- * fault is the program's business: the handler calls the action that was
- * in place before weft's, as the kernel would have (its mask, SA_SIGINFO,
- * SA_RESETHAND); for SIG_DFL, and for SIG_IGN of a real fault (which would
- * only fault again forever), it restores the default action and returns, so
- * the faulting instruction runs again and the process dies as it would
- * have without weft. A handler the program installs after weft's replaces
- * it, and overflows then look like plain crashes.
+ * Lock order: pool.lock is a leaf; no other lock is taken under it, and no
+ * system call that can wait for other threads (munmap, madvise) runs under
+ * it.
  */
 #include "stack.h"
 
 #include "../sys.h"
-#include "fiber.h"
 
 #include <fcntl.h>
-#include <signal.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/utsname.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #ifdef WEFT_HAVE_VALGRIND_H
@@ -137,48 +171,93 @@
 #define CACHE_BYTES   ((size_t)8 << 20) /* per thread cache: at most this much usable stack */
 #define CACHE_MIN     4
 #define CACHE_LIMIT   32
-#define POOL_BYTES    ((size_t)64 << 20) /* global pool: at most this much usable stack */
+#define POOL_BYTES    ((size_t)64 << 20) /* dirty stacks a trim keeps: at most this much usable stack */
 #define POOL_MIN      16
 #define POOL_LIMIT    4096
-/* The alternate signal stack: room for our handler (a few hundred bytes) and for the program's chained
- * handler, which may print a backtrace. Lazily committed like fiber stacks: only touched pages cost. */
-#define ALT_BYTES ((size_t)256 * 1024)
+/* An arena: about this much address space, at most ARENA_LIMIT stacks (one 64-bit word of masks). */
+#define ARENA_BYTES ((size_t)32 << 20)
+#define ARENA_LIMIT 64
+/* Arenas per chunk: 1, 2, 4, ... up to this. */
+#define CHUNK_ARENAS_MAX 64
 
 enum { GUARD_NONE = 0, GUARD_MPROTECT = 1, GUARD_MADV = 2 };
 static const char *const guard_names[] = {"none", "mprotect", "madv-guard"};
 
-/* One stack. The cookie that weft__stack_alloc hands out. */
-typedef struct stack_rec {
-  struct stack_rec *next; /* free-list link: owned by whichever cache or pool holds the stack */
-  char *map;              /* lowest address of the mapping: the guard region starts here */
-  size_t guard;           /* bytes of guard region, from map */
-  size_t size;            /* usable bytes, from map + guard */
-  unsigned gen;           /* pool.gen when mapped: freed into a later generation, it is unmapped */
-  uint8_t method;         /* GUARD_*: what actually protects this stack's guard region */
-  unsigned vg_id;         /* Valgrind's registration of the usable range */
-} stack_rec;
+struct arena;
+struct chunk;
+
+/* One stack: the cookie that weft__stack_alloc hands out. */
+typedef struct stack_slot {
+  struct stack_slot *next; /* free-list link: owned by whichever cache or arena list holds it */
+  struct arena *arena;
+  uint32_t index; /* in its arena */
+  uint8_t method; /* GUARD_*: what actually protects this stack's guard region */
+  uint8_t dirty;  /* may hold committed pages: set when taken, cleared by a trim (pool.lock when pooled) */
+  unsigned vg_id; /* Valgrind's registration of the usable range */
+} stack_slot;
+
+/* ARENA_LIMIT stacks side by side; its header is one malloc with the records. */
+typedef struct arena {
+  char *base;          /* the guard of stack 0; immutable */
+  struct chunk *chunk; /* immutable */
+  unsigned gen;        /* the chunk's generation (a copy, for the free path); immutable */
+  uint32_t index;      /* in the chunk; immutable */
+  uint32_t nstacks;    /* immutable */
+  /* pool.lock: */
+  stack_slot *free; /* pooled stacks of this arena */
+  uint32_t nfree;   /* in free */
+  uint32_t ndirty;  /* of which dirty */
+  bool busy;        /* a trim works on it: its free list is detached, the masks do not show it */
+  stack_slot slots[];
+} arena;
+
+/* One mapping, carved into arenas as they are needed. */
+typedef struct chunk {
+  char *map;                 /* immutable */
+  size_t len;                /* immutable */
+  unsigned gen;              /* pool.gen when mapped; immutable */
+  uint32_t narenas;          /* capacity; immutable */
+  uint32_t ncarved;          /* arenas reserved for carving (arenas[i] may still be NULL: being carved) */
+  uint32_t npublished;       /* arenas published in arenas[] */
+  uint32_t nbusy;            /* arenas a trim works on */
+  size_t taken;              /* stacks out of the pool: in use or in a thread's cache */
+  size_t ndirty;             /* dirty pooled stacks in its arenas */
+  uint64_t freemask;         /* bit a: arenas[a] has pooled stacks and is not busy */
+  bool releasable;           /* counted in pool.nreleasable (see chunk_recount_locked) */
+  uint64_t seq;              /* creation order: older chunks have smaller numbers */
+  struct chunk *prev, *next; /* pool.chunks, oldest first (or pool.orphans) */
+  arena *arenas[];           /* narenas */
+} chunk;
 
 enum { TLS_NEW = 0, TLS_LIVE = 1, TLS_DEAD = 2 };
 
-/* Per-thread state: the stack cache and the alternate signal stack. */
+/* Per-thread state: the stack cache. */
 typedef struct tls_state {
-  stack_rec *head;        /* cached stacks, most recently freed first; only this thread (or fini) */
+  stack_slot *head;       /* cached stacks, most recently freed first; only this thread (or fini) */
   size_t n;               /* stacks in head */
   _Atomic int64_t delta;  /* allocations minus frees by this thread: written by it, summed by anyone */
   int state;              /* TLS_NEW until registered; TLS_DEAD once the key destructor ran */
   struct tls_state *prev; /* registry links: pool.lock */
   struct tls_state *next;
-  char *alt_map;  /* the alternate signal stack's mapping (guard page + stack), or NULL */
-  size_t alt_len; /* its length */
 } tls_state;
 
 static __thread tls_state tls;
 
-/* The global pool, the registry of thread caches, and the configuration. */
+/* The pool, the registry of thread caches, and the configuration. Everything here is pool.lock's
+ * unless it says otherwise. */
 static struct {
-  pthread_mutex_t lock;         /* guards head, n, threads, exited_delta */
-  stack_rec *head;              /* pooled stacks */
-  size_t n;                     /* stacks in head */
+  pthread_mutex_t lock;
+  chunk *chunks;                /* live chunks, oldest first: allocation prefers the old end */
+  chunk *chunks_tail;           /* the newest: trims start here */
+  chunk *cur;                   /* the chunk arenas are carved from, or NULL when it is full */
+  chunk *first_free;            /* no chunk older than this has pooled stacks (a search start) */
+  size_t nreleasable;           /* chunks a trim would unmap (chunk_recount_locked) */
+  chunk *orphans;               /* chunks of earlier generations with stacks still taken */
+  size_t nchunks;               /* in chunks */
+  size_t nfree;                 /* pooled stacks (in arenas' lists, busy arenas excluded) */
+  size_t ndirty;                /* of which dirty */
+  size_t next_chunk_arenas;     /* capacity of the next chunk to map */
+  uint64_t chunk_seq;           /* numbers chunks in creation order */
   tls_state *threads;           /* registered thread caches (live threads) */
   int64_t exited_delta;         /* deltas of threads that have exited */
   _Atomic int64_t orphan_delta; /* deltas counted by threads without a registered cache */
@@ -187,23 +266,30 @@ static struct {
   atomic_bool ready;     /* between init and fini */
   size_t size;           /* usable bytes per stack */
   size_t guard;          /* guard bytes per stack */
+  size_t stride;         /* guard + size */
+  size_t arena_stacks;   /* stacks per arena */
   size_t cache_max;      /* bound of each thread cache */
   size_t batch;          /* stacks moved per transfer between a cache and the pool */
-  size_t pool_max;       /* what the global pool keeps once trimmed */
-  char *reserve;         /* the next fresh stack in the current reserve (see carve): pool.lock */
-  size_t reserve_left;   /* stacks left in the reserve: pool.lock */
-  _Atomic size_t excess; /* pool.n - pool_max when positive: a hint for weft__stack_excess */
+  size_t pool_max;       /* dirty pooled stacks a trim keeps */
+  _Atomic size_t excess; /* a hint for weft__stack_excess, updated under the lock */
   int method;            /* GUARD_*: the method new stacks get */
-  bool nohuge;           /* madvise(MADV_NOHUGEPAGE) each new stack (see thp_needs_nohuge) */
-  /* Counters. */
-  _Atomic size_t mapped;     /* stacks mapped now */
-  _Atomic size_t n_mprotect; /* of which guarded by mprotect: each spends mappings */
-  _Atomic size_t n_none;     /* of which unguarded */
-  _Atomic size_t budget;     /* most mprotect-guarded stacks mapped at once */
-  atomic_bool warned;        /* the "stacks come unguarded" warning was given (this init) */
-  _Atomic uint64_t fresh;    /* stacks mapped since init */
-  _Atomic uint64_t released; /* stacks unmapped since init */
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  bool nohuge;           /* madvise(MADV_NOHUGEPAGE) each new chunk (see thp_needs_nohuge) */
+  /* Counters (relaxed atomics: read without the lock). */
+  _Atomic size_t mapped;        /* carved stacks in live or orphaned chunks */
+  _Atomic size_t n_mprotect;    /* of which guarded by mprotect: each spends mappings */
+  _Atomic size_t n_none;        /* of which unguarded */
+  _Atomic size_t budget;        /* most mprotect-guarded stacks mapped at once */
+  atomic_bool warned;           /* the "stacks come unguarded" warning was given (this init) */
+  _Atomic uint64_t fresh;       /* stacks carved since init */
+  _Atomic uint64_t released;    /* stacks unmapped since init */
+  _Atomic uint64_t trimmed;     /* stacks trimmed since init */
+  _Atomic uint64_t guard_calls; /* guard-installing system calls since init */
+  /* process_madvise on ourselves: a pidfd of this process (reopened after fork), or -1. */
+  int pidfd;
+  pid_t pidfd_pid;
+  int vec_state; /* 0 untried, 1 works, -1 refused (ENOSYS, EINVAL, EPERM): per advice below */
+  int vec_state_dontneed;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t tls_key; /* its destructor flushes an exiting thread's cache */
@@ -222,7 +308,9 @@ static void atfork_release(void) { pthread_mutex_unlock(&pool.lock); }
  * creates may get the same thread-local addresses: registering one of them
  * again would put an entry in the list twice (a cycle, and fini would loop
  * for ever). So the child forgets them, and the stacks they held with them
- * (their memory stays mapped in the child, unused).
+ * (their memory stays mapped in the child, unused; the chunk's taken count
+ * keeps them out of any unmap). The pidfd names the parent: it is reopened
+ * at its next use (pidfd_pid no longer matches).
  */
 static void atfork_child(void) {
   tls_state *self = tls.state == TLS_LIVE ? &tls : NULL;
@@ -241,6 +329,11 @@ static void once_init(void) {
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 static size_t clamp_size(size_t v, size_t lo, size_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static inline char *slot_guard(const stack_slot *s) {
+  return s->arena->base + (size_t)s->index * pool.stride;
+}
+static inline char *slot_base(const stack_slot *s) { return slot_guard(s) + pool.guard; }
 
 /* ------------------------------------------------------------------------ */
 /* Thread caches and counting                                                */
@@ -283,7 +376,69 @@ static inline void count_in_use(tls_state *t, int64_t d) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Mapping and unmapping                                                     */
+/* System calls over many ranges                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A pidfd for process_madvise on ourselves: opened lazily, reopened in a forked child. pool.lock. */
+static int self_pidfd_locked(void) {
+  pid_t me = getpid();
+  if (pool.pidfd >= 0 && pool.pidfd_pid == me) return pool.pidfd;
+  if (pool.pidfd >= 0) close(pool.pidfd); /* the parent's, inherited across fork */
+  pool.pidfd = -1;
+#ifdef SYS_pidfd_open
+  int fd = (int)syscall(SYS_pidfd_open, me, 0); /* close-on-exec by the kernel */
+  if (fd >= 0) {
+    pool.pidfd = fd;
+    pool.pidfd_pid = me;
+  }
+#endif
+  return pool.pidfd;
+}
+
+/*
+ * Apply `advice` to n ranges with one process_madvise call where the kernel
+ * takes it for this advice (6.13+ for guards on ourselves), else one madvise
+ * per range. *state remembers which (per advice). Returns how many of the
+ * ranges, from the first, were advised; the caller handles the rest one by
+ * one. errno is preserved.
+ */
+static size_t advise_ranges(struct iovec *v, size_t n, int advice, int *state) {
+  int saved = errno;
+  size_t done = 0;
+  pthread_mutex_lock(&pool.lock);
+  int fd = *state >= 0 ? self_pidfd_locked() : -1;
+  pthread_mutex_unlock(&pool.lock);
+#ifdef SYS_process_madvise
+  while (fd >= 0 && *state >= 0 && done < n) {
+    size_t k = n - done > 1024 ? 1024 : n - done; /* UIO_MAXIOV */
+    long r;
+    if (weft__fault(WEFT__F_MADVISE)) {
+      errno = ENOMEM;
+      r = -1;
+    } else {
+      r = syscall(SYS_process_madvise, fd, v + done, k, advice, 0u);
+    }
+    if (r < 0) {
+      if (errno == ENOSYS || errno == EINVAL || errno == EPERM || errno == EBADF) *state = -1;
+      break;
+    }
+    *state = 1;
+    atomic_fetch_add_explicit(&pool.guard_calls, advice == MADV_GUARD_INSTALL, memory_order_relaxed);
+    /* r bytes were advised, in vector order: count the whole ranges. */
+    size_t bytes = (size_t)r, whole = 0;
+    while (whole < k && bytes >= v[done + whole].iov_len) bytes -= v[done + whole++].iov_len;
+    done += whole;
+    if (whole < k) break; /* a range failed part-way: the caller retries the rest one by one */
+  }
+#else
+  (void)fd;
+#endif
+  errno = saved;
+  return done;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Guards                                                                    */
 /* ------------------------------------------------------------------------ */
 
 /* Warn once per init that stacks now come without a guard. */
@@ -308,163 +463,421 @@ static bool budget_take(void) {
   return true;
 }
 
-/* Protect [m, m + guard) with the pool's method, falling back to weaker ones; returns the method used. */
-static int guard_install(char *m, size_t guard) {
-  int want = pool.method;
+/* One stack's guard, by the method `want` or a weaker one; returns the method used. */
+static int guard_one(char *g, int want) {
   if (want == GUARD_MADV) {
-    if (weft__madvise(m, guard, MADV_GUARD_INSTALL) == 0) return GUARD_MADV;
+    atomic_fetch_add_explicit(&pool.guard_calls, 1, memory_order_relaxed);
+    if (weft__madvise(g, pool.guard, MADV_GUARD_INSTALL) == 0) return GUARD_MADV;
     want = GUARD_MPROTECT; /* this stack only: the next one tries madvise again */
   }
   if (want == GUARD_MPROTECT && budget_take()) {
-    if (weft__mprotect(m, guard, PROT_NONE) == 0) return GUARD_MPROTECT;
+    atomic_fetch_add_explicit(&pool.guard_calls, 1, memory_order_relaxed);
+    if (weft__mprotect(g, pool.guard, PROT_NONE) == 0) return GUARD_MPROTECT;
     atomic_fetch_sub_explicit(&pool.n_mprotect, 1, memory_order_relaxed);
     warn_unguarded("mprotect failed");
   }
   return GUARD_NONE;
 }
 
-/* Map a fresh stack. 0 or -ENOMEM; on failure nothing is left mapped or allocated. */
-/*
- * Fresh stacks are carved from a reserve of SLAB stacks mapped at once: one
- * mmap, and one take of the process's mmap write lock, per SLAB stacks
- * instead of per stack (two carriers mapping stacks at the same time
- * otherwise take turns on that lock). Each stack is still unmapped on its
- * own (munmap splits the reserve's mapping where it must). The uncarved rest
- * of a reserve is unmapped by fini.
- */
-#define SLAB 16
-
-static int carve(char **out) {
-  size_t len = pool.guard + pool.size;
-  pthread_mutex_lock(&pool.lock);
-  if (pool.reserve_left == 0) {
-    char *m = weft__mmap(NULL, len * SLAB, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED) {
-      pthread_mutex_unlock(&pool.lock);
-      return -ENOMEM;
+/* Guard every stack of a freshly carved arena: one vector call where it works, else one call per stack. */
+static void arena_guard(arena *a) {
+  size_t n = a->nstacks, done = 0;
+  if (pool.method == GUARD_MADV) {
+    struct iovec v[ARENA_LIMIT];
+    for (size_t i = 0; i < n; i++) {
+      v[i].iov_base = a->base + i * pool.stride;
+      v[i].iov_len = pool.guard;
     }
-    pool.reserve = m;
-    pool.reserve_left = SLAB;
+    done = advise_ranges(v, n, MADV_GUARD_INSTALL, &pool.vec_state);
+    for (size_t i = 0; i < done; i++) a->slots[i].method = GUARD_MADV;
   }
-  *out = pool.reserve;
-  pool.reserve += len;
-  pool.reserve_left--;
-  pthread_mutex_unlock(&pool.lock);
-  return 0;
+  for (size_t i = done; i < n; i++)
+    a->slots[i].method = (uint8_t)guard_one(a->base + i * pool.stride, pool.method);
+  size_t none = 0;
+  for (size_t i = 0; i < n; i++) none += a->slots[i].method == GUARD_NONE;
+  if (none) atomic_fetch_add_explicit(&pool.n_none, none, memory_order_relaxed);
 }
 
-static int stack_map(stack_rec **out) {
-  stack_rec *s = weft__malloc(sizeof *s);
-  if (!s) return -ENOMEM;
-  char *m;
-  if (carve(&m) != 0) {
-    weft__free(s);
-    return -ENOMEM;
-  }
-  s->next = NULL;
-  s->map = m;
-  s->guard = pool.guard;
-  s->size = pool.size;
-  s->gen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
-  s->method = (uint8_t)guard_install(m, s->guard);
-  /* Best effort: a huge page would commit 2 MiB where the fiber touches 4 KiB. */
-  if (pool.nohuge) (void)weft__madvise(m + s->guard, s->size, MADV_NOHUGEPAGE);
-#ifdef WEFT_HAVE_VALGRIND_H
-  s->vg_id = VALGRIND_STACK_REGISTER(m + s->guard, m + s->guard + s->size);
-#else
-  s->vg_id = 0;
-#endif
-  if (s->method == GUARD_NONE) atomic_fetch_add_explicit(&pool.n_none, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pool.mapped, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pool.fresh, 1, memory_order_relaxed);
-  *out = s;
-  return 0;
+/* ------------------------------------------------------------------------ */
+/* Chunks and arenas                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Append c to the live list (the newest). pool.lock. */
+static void chunk_link_locked(chunk *c) {
+  c->seq = ++pool.chunk_seq;
+  c->next = NULL;
+  c->prev = pool.chunks_tail;
+  if (pool.chunks_tail)
+    pool.chunks_tail->next = c;
+  else
+    pool.chunks = c;
+  pool.chunks_tail = c;
+  pool.nchunks++;
 }
 
-/* Unmap a stack and free its record. Never under pool.lock: munmap may wait for TLB shootdowns. */
-static void stack_unmap(stack_rec *s) {
+/*
+ * Could a trim unmap c, losing nothing? Not the first chunk, nothing taken
+ * (in use, cached, or reserved by a carve), nothing dirty, no arena being
+ * trimmed or carved. Kept as a flag and a count, so that the excess hint is
+ * exact and cheap: an idle carrier trims only while there is something to do.
+ * pool.lock; called wherever one of those changes.
+ */
+static void chunk_recount_locked(chunk *c) {
+  bool r = c != pool.chunks && c->taken == 0 && c->ndirty == 0 && c->nbusy == 0 && c->ncarved > 0 &&
+           c->npublished == c->ncarved;
+  if (r != c->releasable) {
+    c->releasable = r;
+    if (r)
+      pool.nreleasable++;
+    else
+      pool.nreleasable--;
+  }
+}
+
+static void chunk_unlink_locked(chunk *c) {
+  if (c->releasable) {
+    c->releasable = false;
+    pool.nreleasable--;
+  }
+  if (pool.cur == c) pool.cur = NULL;
+  if (pool.first_free == c) pool.first_free = c->next;
+  chunk *first = pool.chunks;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    pool.chunks = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    pool.chunks_tail = c->prev;
+  c->prev = c->next = NULL;
+  pool.nchunks--;
+  /* A new first chunk is never released. */
+  if (c == first && pool.chunks) chunk_recount_locked(pool.chunks);
+}
+
+/* Map a chunk of `narenas` arenas (address space only). NULL when mmap or malloc fails. */
+static chunk *chunk_map(size_t narenas) {
+  size_t len = narenas * pool.arena_stacks * pool.stride;
+  chunk *c = weft__calloc(1, sizeof *c + narenas * sizeof(arena *));
+  if (!c) return NULL;
+  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) {
+    weft__free(c);
+    return NULL;
+  }
+  /* Best effort: a huge page would commit 2 MiB where a fiber touches 4 KiB. */
+  if (pool.nohuge) (void)weft__madvise(m, len, MADV_NOHUGEPAGE);
+  c->map = m;
+  c->len = len;
+  c->gen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
+  c->narenas = (uint32_t)narenas;
+  return c;
+}
+
+/* Unmap a chunk that holds no stack taken, with its arenas' records. Not under pool.lock. */
+static void chunk_unmap(chunk *c) {
+  size_t stacks = 0, mprot = 0, none = 0;
+  for (uint32_t a = 0; a < c->narenas; a++) {
+    arena *ar = c->arenas[a];
+    if (!ar) continue;
+    for (uint32_t i = 0; i < ar->nstacks; i++) {
 #ifdef WEFT_HAVE_VALGRIND_H
-  VALGRIND_STACK_DEREGISTER(s->vg_id);
+      VALGRIND_STACK_DEREGISTER(ar->slots[i].vg_id);
 #endif
-  if (munmap(s->map, s->guard + s->size) != 0) {
-    /* Only possible when splitting a merged mapping would pass vm.max_map_count: give the pages back at
-     * least, and lose the address space. */
+      mprot += ar->slots[i].method == GUARD_MPROTECT;
+      none += ar->slots[i].method == GUARD_NONE;
+    }
+    stacks += ar->nstacks;
+    weft__free(ar);
+  }
+  int saved = errno;
+  if (munmap(c->map, c->len) != 0) {
+    /* Only possible when splitting a mapping would pass vm.max_map_count: give the pages back at least,
+     * and lose the address space. */
     static atomic_bool warned_unmap;
     if (!atomic_exchange_explicit(&warned_unmap, true, memory_order_relaxed))
-      weft__warn("munmap of a fiber stack failed (errno %d); its address space is lost", errno);
-    (void)weft__madvise(s->map + s->guard, s->size, MADV_DONTNEED);
+      weft__warn("munmap of fiber stacks failed (errno %d); their address space is lost", errno);
+    (void)weft__madvise(c->map, c->len, MADV_DONTNEED);
   }
-  if (s->method == GUARD_MPROTECT) atomic_fetch_sub_explicit(&pool.n_mprotect, 1, memory_order_relaxed);
-  if (s->method == GUARD_NONE) atomic_fetch_sub_explicit(&pool.n_none, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&pool.mapped, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pool.released, 1, memory_order_relaxed);
-  weft__free(s);
+  errno = saved;
+  atomic_fetch_sub_explicit(&pool.n_mprotect, mprot, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&pool.n_none, none, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&pool.mapped, stacks, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pool.released, stacks, memory_order_relaxed);
+  weft__free(c);
 }
 
-static void unmap_list(stack_rec *s) {
-  while (s) {
-    stack_rec *next = s->next;
-    stack_unmap(s);
-    s = next;
+/* Put stack s into its arena's free list. pool.lock; s belongs to a live chunk (pool.gen). */
+static void arena_put_locked(stack_slot *s) {
+  arena *a = s->arena;
+  chunk *c = a->chunk;
+  s->next = a->free;
+  a->free = s;
+  a->nfree++;
+  c->taken--;
+  if (s->dirty) {
+    a->ndirty++;
+    c->ndirty++;
   }
+  if (!a->busy) {
+    pool.nfree++;
+    pool.ndirty += s->dirty;
+    c->freemask |= (uint64_t)1 << a->index;
+    if (!pool.first_free || c->seq < pool.first_free->seq) pool.first_free = c;
+  }
+  if (c->taken == 0) chunk_recount_locked(c);
+}
+
+/* Take a stack from arena a (not busy, nfree > 0). pool.lock. */
+static stack_slot *arena_take_locked(arena *a) {
+  chunk *c = a->chunk;
+  stack_slot *s = a->free;
+  a->free = s->next;
+  a->nfree--;
+  c->taken++;
+  pool.nfree--;
+  if (s->dirty) {
+    a->ndirty--;
+    c->ndirty--;
+    pool.ndirty--;
+  }
+  if (a->nfree == 0) c->freemask &= ~((uint64_t)1 << a->index);
+  if (c->taken == 1) chunk_recount_locked(c);
+  s->next = NULL;
+  return s;
 }
 
 /*
- * Put a list of stacks in the global pool, and unmap any of an earlier
- * generation. The pool may grow past pool_max here: unmapping costs a TLB
- * shootdown on every CPU that runs the process (about 15 µs each on a
- * virtual machine), and doing it as fibers end would slow the end of every
- * burst, the wake-ups of the fibers still sleeping included. The excess is
- * unmapped later by weft__stack_trim, which carriers call when they have
- * nothing else to do.
+ * A pooled stack from the oldest chunk and lowest arena that has one, or
+ * NULL. pool.lock. The search starts at first_free, which only moves back
+ * when a stack is pooled in an older chunk: during a burst every chunk but
+ * the newest is full, and a walk from the first one would cost a cache miss
+ * per chunk on every batch (250 chunks at a million fibers).
  */
-static void pool_put(stack_rec *list) {
-  stack_rec *stale = NULL;
+static stack_slot *pool_take_locked(void) {
+  chunk *c = pool.first_free;
+  while (c && !c->freemask) c = c->next;
+  pool.first_free = c;
+  return c ? arena_take_locked(c->arenas[__builtin_ctzll(c->freemask)]) : NULL;
+}
+
+static void update_excess_locked(void);
+
+/*
+ * Carve the next arena: reserve its place (mapping a new chunk if the last
+ * one is full), then, without the lock, allocate its records and install its
+ * guards, then publish it. Returns the arena with all its stacks counted as
+ * taken (the caller hands them out or pools them), or NULL (-ENOMEM).
+ */
+static arena *carve(void) {
+  pthread_mutex_lock(&pool.lock);
+  chunk *c = pool.cur;
+  if (!c) {
+    size_t na = pool.next_chunk_arenas;
+    pthread_mutex_unlock(&pool.lock);
+    chunk *fresh = chunk_map(na);
+    if (!fresh) return NULL;
+    pthread_mutex_lock(&pool.lock);
+    chunk_link_locked(fresh);
+    if (pool.next_chunk_arenas < CHUNK_ARENAS_MAX) pool.next_chunk_arenas *= 2;
+    /* Another thread may have mapped one meanwhile: carve from that one first, this one is next. */
+    if (!pool.cur) pool.cur = fresh;
+    c = pool.cur;
+  }
+  uint32_t idx = c->ncarved++;
+  if (c->ncarved == c->narenas) pool.cur = NULL;
+  c->taken += pool.arena_stacks; /* reserved: no unmap while we carve without the lock */
+  chunk_recount_locked(c);
+  pthread_mutex_unlock(&pool.lock);
+
+  size_t n = pool.arena_stacks;
+  arena *a = weft__malloc(sizeof *a + n * sizeof(stack_slot));
+  if (!a) {
+    pthread_mutex_lock(&pool.lock);
+    /* Give the place back if nobody carved after it; else it stays a hole (address space only). */
+    if (c->ncarved == idx + 1 && c->npublished == idx) {
+      c->ncarved--;
+      if (!pool.cur && c == pool.chunks_tail) pool.cur = c;
+    }
+    c->taken -= n;
+    chunk_recount_locked(c);
+    pthread_mutex_unlock(&pool.lock);
+    return NULL;
+  }
+  memset(a, 0, sizeof *a);
+  a->base = c->map + (size_t)idx * n * pool.stride;
+  a->chunk = c;
+  a->gen = c->gen;
+  a->index = idx;
+  a->nstacks = (uint32_t)n;
+  for (size_t i = 0; i < n; i++) {
+    stack_slot *s = &a->slots[i];
+    s->next = NULL;
+    s->arena = a;
+    s->index = (uint32_t)i;
+    s->dirty = 0; /* no page yet: its first touch commits one */
+#ifdef WEFT_HAVE_VALGRIND_H
+    char *b = a->base + i * pool.stride + pool.guard;
+    s->vg_id = VALGRIND_STACK_REGISTER(b, b + pool.size);
+#else
+    s->vg_id = 0;
+#endif
+  }
+  arena_guard(a);
+  atomic_fetch_add_explicit(&pool.mapped, n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pool.fresh, n, memory_order_relaxed);
+  pthread_mutex_lock(&pool.lock);
+  c->arenas[idx] = a;
+  c->npublished++;
+  chunk_recount_locked(c);
+  pthread_mutex_unlock(&pool.lock);
+  return a;
+}
+
+/* Put a list of stacks back (cache spill, thread exit, fini). Stacks of an earlier generation go to their
+ * orphaned chunks, which are unmapped when nothing of them is taken any more. */
+static void pool_put(stack_slot *list) {
+  chunk *dead = NULL;
   unsigned gen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
   pthread_mutex_lock(&pool.lock);
-  bool ready = atomic_load_explicit(&pool.ready, memory_order_relaxed);
   while (list) {
-    stack_rec *s = list;
+    stack_slot *s = list;
     list = s->next;
-    if (ready && s->gen == gen) {
-      s->next = pool.head;
-      pool.head = s;
-      pool.n++;
-    } else {
-      s->next = stale;
-      stale = s;
+    if (s->arena->gen == gen) {
+      arena_put_locked(s);
+      continue;
+    }
+    chunk *c = s->arena->chunk;
+    if (--c->taken == 0) {
+      /* Its last stack: off the orphans' list, then unmapped outside the lock. */
+      if (c->prev)
+        c->prev->next = c->next;
+      else
+        pool.orphans = c->next;
+      if (c->next) c->next->prev = c->prev;
+      c->next = dead;
+      dead = c;
     }
   }
-  atomic_store_explicit(&pool.excess, pool.n > pool.pool_max ? pool.n - pool.pool_max : 0,
-                        memory_order_relaxed);
+  update_excess_locked();
   pthread_mutex_unlock(&pool.lock);
-  unmap_list(stale);
+  while (dead) {
+    chunk *next = dead->next;
+    chunk_unmap(dead);
+    dead = next;
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Trimming                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The hint: dirty stacks a trim would give back, plus chunks it would unmap. pool.lock. */
+static void update_excess_locked(void) {
+  size_t e = pool.ndirty > pool.pool_max ? pool.ndirty - pool.pool_max : 0;
+  atomic_store_explicit(&pool.excess, e + pool.nreleasable, memory_order_relaxed);
 }
 
 size_t weft__stack_excess(void) { return atomic_load_explicit(&pool.excess, memory_order_relaxed); }
 
-size_t weft__stack_trim(size_t max) {
-  stack_rec *out = NULL;
-  pthread_mutex_lock(&pool.lock);
-  while (max-- > 0 && pool.n > pool.pool_max) {
-    stack_rec *s = pool.head;
-    pool.head = s->next;
-    pool.n--;
-    s->next = out;
-    out = s;
-  }
-  size_t left = pool.n > pool.pool_max ? pool.n - pool.pool_max : 0;
-  atomic_store_explicit(&pool.excess, left, memory_order_relaxed);
-  pthread_mutex_unlock(&pool.lock);
+/* Give back the pages of arena a's dirty free stacks (detached, so nobody takes one meanwhile). */
+static void arena_decommit(arena *a, stack_slot *list, uint32_t nfree) {
   int saved = errno;
-  unmap_list(out);
+  if (nfree == a->nstacks) {
+    /* All free: one call over the whole arena (guard markers and PROT_NONE guards survive DONTNEED). */
+    (void)weft__madvise(a->base, (size_t)a->nstacks * pool.stride, MADV_DONTNEED);
+  } else {
+    struct iovec v[ARENA_LIMIT];
+    size_t n = 0;
+    for (stack_slot *s = list; s; s = s->next)
+      if (s->dirty) {
+        v[n].iov_base = slot_base(s);
+        v[n].iov_len = pool.size;
+        n++;
+      }
+    size_t done = advise_ranges(v, n, MADV_DONTNEED, &pool.vec_state_dontneed);
+    for (size_t i = done; i < n; i++) (void)weft__madvise(v[i].iov_base, v[i].iov_len, MADV_DONTNEED);
+  }
   errno = saved;
+}
+
+size_t weft__stack_trim(size_t max) {
+  pthread_once(&once, once_init);
+  size_t work = 0;
+  pthread_mutex_lock(&pool.lock);
+  /* Dirty stacks beyond the high-water mark, from the highest addresses down. */
+  for (chunk *c = pool.chunks_tail; c && work < max && pool.ndirty > pool.pool_max;) {
+    arena *a = NULL;
+    if (c->ndirty)
+      for (uint32_t i = c->ncarved; i-- > 0;)
+        if (c->arenas[i] && !c->arenas[i]->busy && c->arenas[i]->ndirty) {
+          a = c->arenas[i];
+          break;
+        }
+    if (!a) {
+      c = c->prev;
+      continue;
+    }
+    /* Detach its free list: allocations skip it while the kernel works. */
+    stack_slot *list = a->free;
+    uint32_t nfree = a->nfree, ndirty = a->ndirty;
+    a->busy = true;
+    c->nbusy++;
+    a->free = NULL;
+    a->nfree = a->ndirty = 0;
+    c->ndirty -= ndirty;
+    c->freemask &= ~((uint64_t)1 << a->index);
+    pool.nfree -= nfree;
+    pool.ndirty -= ndirty;
+    pthread_mutex_unlock(&pool.lock);
+    arena_decommit(a, list, nfree);
+    atomic_fetch_add_explicit(&pool.trimmed, ndirty, memory_order_relaxed);
+    pthread_mutex_lock(&pool.lock);
+    a->busy = false;
+    c->nbusy--;
+    /* Back into the pool, clean; stacks freed into the arena meanwhile (dirty) are already in it. */
+    while (list) {
+      stack_slot *s = list;
+      list = s->next;
+      s->dirty = 0;
+      c->taken++; /* arena_put_locked counts it back */
+      arena_put_locked(s);
+    }
+    if (a->nfree) {
+      c->freemask |= (uint64_t)1 << a->index;
+      if (!pool.first_free || c->seq < pool.first_free->seq) pool.first_free = c;
+    }
+    /* The arena's own stacks freed while busy were counted in a but not in the pool's totals. */
+    pool.nfree += a->nfree - nfree;
+    pool.ndirty += a->ndirty;
+    chunk_recount_locked(c);
+    work++;
+  }
+  /* Chunks with nothing taken and nothing dirty: unmapped whole, page tables and all. */
+  for (chunk *c = pool.chunks_tail; c && work < max;) {
+    chunk *prev = c->prev;
+    if (c->releasable) {
+      chunk_unlink_locked(c);
+      for (uint32_t i = 0; i < c->ncarved; i++) pool.nfree -= c->arenas[i]->nfree;
+      pthread_mutex_unlock(&pool.lock);
+      chunk_unmap(c);
+      pthread_mutex_lock(&pool.lock);
+      work++;
+      /* The list may have changed while unlocked: start again from the top. */
+      prev = pool.chunks_tail;
+    }
+    c = prev;
+  }
+  update_excess_locked();
+  size_t left = atomic_load_explicit(&pool.excess, memory_order_relaxed);
+  pthread_mutex_unlock(&pool.lock);
   return left;
 }
 
 /* ------------------------------------------------------------------------ */
-/* Init, alloc, free                                                         */
+/* Probes                                                                    */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -534,9 +947,9 @@ static size_t estimate_budget(void) {
 }
 
 /*
- * Transparent huge pages set to "always" may back a stack with a 2 MiB page
- * on its first touch when neighbouring stacks merge into a big VMA. Since
- * Linux 6.7, MAP_STACK implies VM_NOHUGEPAGE; before it, ask per stack.
+ * Transparent huge pages set to "always" may back stacks with a 2 MiB page
+ * on the first touch in a big anonymous mapping. Since Linux 6.7, MAP_STACK
+ * implies VM_NOHUGEPAGE; before it, ask per chunk.
  */
 static bool thp_needs_nohuge(void) {
   char buf[128];
@@ -568,6 +981,10 @@ static int choose_method(void) {
   return GUARD_MPROTECT;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Init, alloc, free                                                         */
+/* ------------------------------------------------------------------------ */
+
 int weft__stack_init(size_t size) {
   pthread_once(&once, once_init);
   if (size == 0) size = STACK_DEFAULT;
@@ -576,9 +993,12 @@ int weft__stack_init(size_t size) {
   weft__stack_fini(); /* a new configuration: drop what the previous one pooled */
   pool.size = round_up(size, page);
   pool.guard = round_up(GUARD_BYTES, page);
+  pool.stride = pool.guard + pool.size;
+  pool.arena_stacks = clamp_size(ARENA_BYTES / pool.stride, 1, ARENA_LIMIT);
   pool.cache_max = clamp_size(CACHE_BYTES / pool.size, CACHE_MIN, CACHE_LIMIT);
   pool.batch = pool.cache_max / 2;
   pool.pool_max = clamp_size(POOL_BYTES / pool.size, POOL_MIN, POOL_LIMIT);
+  pool.next_chunk_arenas = 1;
   pool.method = choose_method();
   pool.nohuge = thp_needs_nohuge();
   /* Estimated with madv-guard too, whose stacks fall back to mprotect one by one when madvise fails. The
@@ -589,6 +1009,8 @@ int weft__stack_init(size_t size) {
   atomic_store_explicit(&pool.warned, false, memory_order_relaxed);
   atomic_store_explicit(&pool.fresh, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.released, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.trimmed, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.guard_calls, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.ready, true, memory_order_relaxed);
   errno = saved;
   return 0;
@@ -597,71 +1019,112 @@ int weft__stack_init(size_t size) {
 void weft__stack_fini(void) {
   pthread_once(&once, once_init);
   int saved = errno;
-  stack_rec *all = NULL;
   pthread_mutex_lock(&pool.lock);
   atomic_store_explicit(&pool.ready, false, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pool.gen, 1, memory_order_relaxed);
-  while (pool.head) {
-    stack_rec *s = pool.head;
-    pool.head = s->next;
-    s->next = all;
-    all = s;
-  }
-  pool.n = 0;
-  /* Other threads' caches too: the caller guarantees that no thread uses the allocator now. */
+  /* Every thread's cache back into the pool first: the caller guarantees that no thread uses the
+   * allocator now. Still this generation, so they land in their arenas. */
   for (tls_state *t = pool.threads; t; t = t->next) {
     while (t->head) {
-      stack_rec *s = t->head;
+      stack_slot *s = t->head;
       t->head = s->next;
-      s->next = all;
-      all = s;
+      /* Caches hold stacks of this generation only: the free path pools older ones directly. */
+      arena_put_locked(s);
     }
     t->n = 0;
   }
-  /* The reserve's uncarved rest (of this generation's size: fini runs before a resize). */
-  char *rest = pool.reserve;
-  size_t rest_len = pool.reserve_left * (pool.guard + pool.size);
-  pool.reserve = NULL;
-  pool.reserve_left = 0;
+  atomic_fetch_add_explicit(&pool.gen, 1, memory_order_relaxed);
+  /* Chunks with nothing taken go; the others become orphans until their last stack comes back. */
+  chunk *dead = NULL;
+  while (pool.chunks) {
+    chunk *c = pool.chunks;
+    chunk_unlink_locked(c);
+    if (c->taken == 0) {
+      c->next = dead;
+      dead = c;
+    } else {
+      c->prev = NULL;
+      c->next = pool.orphans;
+      if (pool.orphans) pool.orphans->prev = c;
+      pool.orphans = c;
+    }
+  }
+  for (chunk *c = pool.orphans, *next; c; c = next) {
+    next = c->next;
+    if (c->taken == 0) {
+      if (c->prev)
+        c->prev->next = c->next;
+      else
+        pool.orphans = c->next;
+      if (c->next) c->next->prev = c->prev;
+      c->next = dead;
+      dead = c;
+    }
+  }
+  pool.nfree = pool.ndirty = 0;
+  atomic_store_explicit(&pool.excess, 0, memory_order_relaxed);
+  /* The pidfd is reopened at the next use: a stopped runtime holds no descriptor. */
+  if (pool.pidfd >= 0) close(pool.pidfd);
+  pool.pidfd = -1;
   pthread_mutex_unlock(&pool.lock);
-  if (rest_len) munmap(rest, rest_len);
-  unmap_list(all);
+  while (dead) {
+    chunk *next = dead->next;
+    chunk_unmap(dead);
+    dead = next;
+  }
   errno = saved;
 }
 
-/* The cache is empty: take a batch from the pool, or map a fresh stack. */
-static int alloc_slow(tls_state *t, stack_rec **out) {
+/* The cache is empty: take a batch from the pool, or carve a fresh arena. */
+static int alloc_slow(tls_state *t, stack_slot **out) {
   if (!atomic_load_explicit(&pool.ready, memory_order_relaxed)) return -EINVAL;
   bool cache = tls_register(t);
-  stack_rec *got = NULL;
   pthread_mutex_lock(&pool.lock);
-  if (pool.head) {
-    got = pool.head;
-    pool.head = got->next;
-    pool.n--;
-    for (size_t i = 0; cache && i < pool.batch && pool.head; i++) {
-      stack_rec *s = pool.head;
-      pool.head = s->next;
-      pool.n--;
+  stack_slot *got = pool_take_locked();
+  if (got && cache) {
+    for (size_t i = 0; i < pool.batch; i++) {
+      stack_slot *s = pool_take_locked();
+      if (!s) break;
       s->next = t->head;
       t->head = s;
       t->n++;
     }
   }
+  if (got) update_excess_locked();
   pthread_mutex_unlock(&pool.lock);
   if (got) {
     *out = got;
     return 0;
   }
   int saved = errno; /* weft changes errno only where it reports an error through it: nowhere */
-  int r = stack_map(out);
+  arena *a = carve();
   errno = saved;
-  return r;
+  if (!a) return -ENOMEM;
+  /* Slot 0 for the caller, the cache filled to half (room left for the stacks that come back), the rest
+   * pooled. */
+  *out = &a->slots[0];
+  size_t i = 1;
+  if (cache) {
+    size_t room = t->n < pool.batch ? pool.batch - t->n : 0;
+    size_t end = a->nstacks < 1 + room ? a->nstacks : 1 + room;
+    for (size_t j = end; j-- > 1;) {
+      a->slots[j].next = t->head;
+      t->head = &a->slots[j];
+      t->n++;
+    }
+    i = end;
+  }
+  if (i < a->nstacks) {
+    pthread_mutex_lock(&pool.lock);
+    for (size_t j = a->nstacks; j-- > i;) arena_put_locked(&a->slots[j]);
+    update_excess_locked();
+    pthread_mutex_unlock(&pool.lock);
+  }
+  return 0;
 }
 
 int weft__stack_alloc(void **base, size_t *size, void **cookie) {
   tls_state *t = &tls;
-  stack_rec *s = t->head;
+  stack_slot *s = t->head;
   if (WEFT__LIKELY(s != NULL)) {
     t->head = s->next;
     t->n--;
@@ -670,22 +1133,18 @@ int weft__stack_alloc(void **base, size_t *size, void **cookie) {
     if (r != 0) return r;
   }
   count_in_use(t, 1);
-  *base = s->map + s->guard;
-  *size = s->size;
+  s->dirty = 1;
+  *base = slot_base(s);
+  *size = pool.size;
   *cookie = s;
   return 0;
 }
 
 /* The cache is full, or the thread has none, or the stack is of an earlier generation. */
-static void free_slow(tls_state *t, stack_rec *s) {
+static void free_slow(tls_state *t, stack_slot *s) {
   int saved = errno;
-  if (s->gen != atomic_load_explicit(&pool.gen, memory_order_relaxed)) {
-    stack_unmap(s);
-    errno = saved;
-    return;
-  }
   s->next = NULL;
-  if (tls_register(t)) {
+  if (s->arena->gen == atomic_load_explicit(&pool.gen, memory_order_relaxed) && tls_register(t)) {
     s->next = t->head;
     t->head = s;
     t->n++;
@@ -695,7 +1154,7 @@ static void free_slow(tls_state *t, stack_rec *s) {
     }
     /* Full: keep the hot (most recently freed) part, send the cold tail to the pool. */
     size_t keep = t->n - pool.batch - 1; /* cache_max - batch: at least 2 */
-    stack_rec *cut = t->head;
+    stack_slot *cut = t->head;
     for (size_t i = 1; i < keep; i++) cut = cut->next;
     s = cut->next;
     cut->next = NULL;
@@ -706,15 +1165,15 @@ static void free_slow(tls_state *t, stack_rec *s) {
 }
 
 void weft__stack_free(void *cookie) {
-  stack_rec *s = cookie;
+  stack_slot *s = cookie;
   if (!s) return;
 #ifdef WEFT_ASAN
-  __asan_unpoison_memory_region(s->map + s->guard, s->size);
+  __asan_unpoison_memory_region(slot_base(s), pool.size);
 #endif
   tls_state *t = &tls;
   count_in_use(t, -1);
   if (WEFT__LIKELY(t->state == TLS_LIVE && t->n < pool.cache_max &&
-                   s->gen == atomic_load_explicit(&pool.gen, memory_order_relaxed))) {
+                   s->arena->gen == atomic_load_explicit(&pool.gen, memory_order_relaxed))) {
     s->next = t->head;
     t->head = s;
     t->n++;
@@ -723,14 +1182,21 @@ void weft__stack_free(void *cookie) {
   free_slow(t, s);
 }
 
-/* At thread exit: the cache goes to the pool, the count to the exited sum, the alternate stack away. */
-static void alt_release(tls_state *t);
+void weft__stack_cache_flush(void) {
+  tls_state *t = &tls;
+  if (!t->head) return;
+  stack_slot *list = t->head;
+  t->head = NULL;
+  t->n = 0;
+  pool_put(list);
+}
+
+/* At thread exit: the cache goes to the pool, the count to the exited sum. */
 static void tls_destructor(void *arg) {
   tls_state *t = arg;
-  alt_release(t);
   pthread_mutex_lock(&pool.lock);
   /* Under the lock, like fini's emptying of the caches: a thread may exit while fini runs. */
-  stack_rec *list = t->head;
+  stack_slot *list = t->head;
   t->head = NULL;
   t->n = 0;
   if (t->prev)
@@ -754,17 +1220,17 @@ const char *weft__stack_guard_name(void) {
 }
 
 const char *weft__stack_guard_of(const void *cookie) {
-  return cookie ? guard_names[((const stack_rec *)cookie)->method] : NULL;
+  return cookie ? guard_names[((const stack_slot *)cookie)->method] : NULL;
 }
 
 size_t weft__stack_size(void) { return pool.size; }
 size_t weft__stack_guard_size(void) { return pool.guard; }
 
 bool weft__stack_guard_contains(const void *cookie, const void *addr) {
-  const stack_rec *s = cookie;
+  const stack_slot *s = cookie;
   if (!s) return false;
-  uintptr_t a = (uintptr_t)addr, lo = (uintptr_t)s->map;
-  return a >= lo && a - lo < s->guard;
+  uintptr_t a = (uintptr_t)addr, lo = (uintptr_t)slot_guard(s);
+  return a >= lo && a - lo < pool.guard;
 }
 
 size_t weft__stack_in_use(void) {
@@ -779,224 +1245,27 @@ size_t weft__stack_in_use(void) {
 void weft__stack_get_stats(weft__stack_stats *out) {
   out->in_use = weft__stack_in_use();
   pthread_mutex_lock(&pool.lock);
-  out->pooled = pool.n;
+  out->pooled = pool.nfree;
+  out->pooled_dirty = pool.ndirty;
+  out->chunks = pool.nchunks;
   pthread_mutex_unlock(&pool.lock);
   out->cached = tls.n;
   out->mapped = atomic_load_explicit(&pool.mapped, memory_order_relaxed);
   out->cache_max = pool.cache_max;
   out->pool_max = pool.pool_max;
+  out->arena_stacks = pool.arena_stacks;
   out->guard_mprotect = atomic_load_explicit(&pool.n_mprotect, memory_order_relaxed);
   out->guard_none = atomic_load_explicit(&pool.n_none, memory_order_relaxed);
   out->map_budget = atomic_load_explicit(&pool.budget, memory_order_relaxed);
   out->fresh = atomic_load_explicit(&pool.fresh, memory_order_relaxed);
   out->released = atomic_load_explicit(&pool.released, memory_order_relaxed);
+  out->trimmed = atomic_load_explicit(&pool.trimmed, memory_order_relaxed);
+  out->guard_calls = atomic_load_explicit(&pool.guard_calls, memory_order_relaxed);
 }
-
-/* ------------------------------------------------------------------------ */
-/* The overflow handler                                                      */
-/* ------------------------------------------------------------------------ */
-
-static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER; /* guards installed and the old actions */
-static bool installed;
-static struct sigaction old_segv; /* the actions before weft's: written once, before the handler can run */
-static struct sigaction old_bus;
-
-static size_t put_str(char *buf, size_t n, size_t cap, const char *s) {
-  while (*s && n < cap) buf[n++] = *s++;
-  return n;
-}
-
-static size_t put_u64(char *buf, size_t n, size_t cap, uint64_t v) {
-  char digits[20];
-  size_t k = 0;
-  do {
-    digits[k++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  while (k && n < cap) buf[n++] = digits[--k];
-  return n;
-}
-
-static void write_all(const char *buf, size_t n) {
-  while (n) {
-    ssize_t w = write(2, buf, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
-    buf += w;
-    n -= (size_t)w;
-  }
-}
-
-static WEFT__NORETURN void report_overflow(uint64_t id, size_t size) {
-  char buf[192];
-  size_t n = 0, cap = sizeof buf;
-  n = put_str(buf, n, cap, "weft: fiber ");
-  n = put_u64(buf, n, cap, id);
-  n = put_str(buf, n, cap, " overflowed its stack (");
-  n = put_u64(buf, n, cap, size);
-  n = put_str(buf, n, cap, " bytes); raise WEFT_STACK_SIZE or use less stack\n");
-  write_all(buf, n);
-  /* Die of SIGABRT even if the program handles it: its handler would run on a broken fiber. */
-  struct sigaction dfl;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(SIGABRT, &dfl, NULL);
-  abort();
-}
-
-/* The interrupted context's stack pointer, or NULL where we do not know how to read it. */
-static const void *fault_sp(void *uctx) {
-  const ucontext_t *uc = uctx;
-  if (!uc) return NULL;
-#if defined(__x86_64__)
-  return (const void *)uc->uc_mcontext.gregs[REG_RSP];
-#elif defined(__aarch64__)
-  return (const void *)uc->uc_mcontext.sp;
-#else
-  return NULL;
-#endif
-}
-
-static void set_default(int sig) {
-  struct sigaction dfl;
-  memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(sig, &dfl, NULL);
-}
-
-/* Hand a fault that is not an overflow to the action that was there before weft's. */
-static void chain(int sig, siginfo_t *si, void *uctx) {
-  const struct sigaction *old = sig == SIGBUS ? &old_bus : &old_segv;
-  /* si_code > 0: the kernel raised it for a fault; <= 0: kill(), sigqueue(), tgkill() sent it. */
-  bool fault = si == NULL || si->si_code > 0;
-  if (!(old->sa_flags & SA_SIGINFO) && old->sa_handler == SIG_IGN && !fault) return;
-  if (!(old->sa_flags & SA_SIGINFO) && (old->sa_handler == SIG_DFL || old->sa_handler == SIG_IGN)) {
-    /* A fault runs its instruction again on return and now dies of the default action; an ignored
-     * fault would fault again for ever, which the kernel would not allow either. A sent signal is
-     * raised again: it stays pending (blocked while we run) and kills on return. */
-    set_default(sig);
-    if (!fault) raise(sig);
-    return;
-  }
-  /* The program's handler, called as the kernel would have called it. */
-  sigset_t prev;
-  pthread_sigmask(SIG_BLOCK, &old->sa_mask, &prev);
-  if (old->sa_flags & SA_RESETHAND) set_default(sig);
-  if (old->sa_flags & SA_SIGINFO)
-    old->sa_sigaction(sig, si, uctx);
-  else
-    old->sa_handler(sig);
-  pthread_sigmask(SIG_SETMASK, &prev, NULL);
-}
-
-static void on_fault(int sig, siginfo_t *si, void *uctx) {
-  int saved = errno;
-  if (si && si->si_code > 0) {
-    uint64_t id = 0;
-    size_t size = 0;
-    /* The address first; then the stack pointer, for a frame that moved sp into the guard and faulted
-     * writing somewhere else. */
-    if (weft__fiber_fault_info(si->si_addr, &id, &size)) report_overflow(id, size);
-    const void *sp = fault_sp(uctx);
-    if (sp && weft__fiber_fault_info(sp, &id, &size)) report_overflow(id, size);
-  }
-  chain(sig, si, uctx);
-  errno = saved;
-}
-
-int weft__stack_overflow_install(void) {
-  pthread_mutex_lock(&install_lock);
-  int r = 0;
-  if (!installed) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &old_segv) != 0) {
-      r = -errno;
-    } else if (sigaction(SIGBUS, &sa, &old_bus) != 0) {
-      r = -errno;
-      sigaction(SIGSEGV, &old_segv, NULL);
-    } else {
-      installed = true;
-    }
-  }
-  pthread_mutex_unlock(&install_lock);
-  return r;
-}
-
-int weft__stack_thread_init(void) {
-  tls_state *t = &tls;
-  if (t->alt_map) return 0;
-  pthread_once(&once, once_init);
-  stack_t cur;
-  /* A thread that has an alternate stack already (the program's, or a sanitizer's) keeps it. */
-  if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return 0;
-  size_t size = ALT_BYTES;
-  long min = sysconf(_SC_SIGSTKSZ);
-  if (min > 0 && (size_t)min * 4 > size) size = (size_t)min * 4;
-  size = round_up(size, page);
-  size_t len = page + size;
-  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (m == MAP_FAILED) return -ENOMEM;
-  /* A guard page, best effort: a handler that overflows the alternate stack then faults (and dies) instead
-   * of writing over a neighbour. One mapping per carrier is affordable even with mprotect. */
-  int saved = errno;
-  if (weft__madvise(m, page, MADV_GUARD_INSTALL) != 0) (void)weft__mprotect(m, page, PROT_NONE);
-  errno = saved;
-  stack_t ss;
-  memset(&ss, 0, sizeof ss);
-  ss.ss_sp = m + page;
-  ss.ss_size = size;
-  int err = 0;
-  if (weft__fault(WEFT__F_SIGALTSTACK))
-    err = ENOMEM;
-  else if (sigaltstack(&ss, NULL) != 0)
-    err = errno;
-  if (err) {
-    munmap(m, len);
-    return -err;
-  }
-  t->alt_map = m;
-  t->alt_len = len;
-  (void)tls_register(t); /* so that a thread that exits without fini still frees it */
-  return 0;
-}
-
-/* Remove the thread's alternate stack if it is still weft's, and free it. */
-static void alt_release(tls_state *t) {
-  if (!t->alt_map) return;
-  stack_t cur;
-  if (sigaltstack(NULL, &cur) != 0) return;
-  if (!(cur.ss_flags & SS_DISABLE) && cur.ss_sp == (void *)(t->alt_map + page)) {
-    if (cur.ss_flags & SS_ONSTACK) return; /* running on it: cannot remove it now */
-    stack_t off;
-    memset(&off, 0, sizeof off);
-    off.ss_flags = SS_DISABLE;
-    if (sigaltstack(&off, NULL) != 0) return;
-    munmap(t->alt_map, t->alt_len);
-  }
-  /* Otherwise the program installed another one since, and may have saved ours to restore it later: the
-   * mapping stays (address space only; its touched pages are few). */
-  t->alt_map = NULL;
-  t->alt_len = 0;
-}
-
-void weft__stack_thread_fini(void) { alt_release(&tls); }
 
 #ifdef WEFT_TESTING
 void weft__stack_set_map_budget(size_t n) {
   atomic_store_explicit(&pool.budget, atomic_load(&pool.n_mprotect) + n, memory_order_relaxed);
   atomic_store_explicit(&pool.warned, false, memory_order_relaxed);
-}
-
-void weft__stack_overflow_reset(void) {
-  pthread_mutex_lock(&install_lock);
-  installed = false;
-  pthread_mutex_unlock(&install_lock);
 }
 #endif
