@@ -89,7 +89,19 @@ static bool reg_insert_locked(uintptr_t p) {
   return true;
 }
 
+/*
+ * fork() while another thread holds reg_mu (a carrier freeing a future, say)
+ * would leave the child's copy held for ever: its first future would hang.
+ * Held across fork instead, so that the child gets it free and the table
+ * whole.
+ */
+static void reg_prepare(void) { pthread_mutex_lock(&reg_mu); }
+static void reg_release(void) { pthread_mutex_unlock(&reg_mu); }
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+static void reg_once_init(void) { pthread_atfork(reg_prepare, reg_release, reg_release); }
+
 static bool reg_add(const weft_future *f) {
+  pthread_once(&reg_once, reg_once_init);
   pthread_mutex_lock(&reg_mu);
   bool ok = reg_insert_locked((uintptr_t)f);
   pthread_mutex_unlock(&reg_mu);
