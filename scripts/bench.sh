@@ -9,9 +9,12 @@
 #
 #   meta.json                  the machine, the build and the load, before and after
 #   weft-bench-embroidery.jsonl  weft-bench embroidery --json --repeat K
-#   weft-bench-sleep.jsonl     weft-bench sleep, cores .. 1000 x cores jobs, on fibers
-#                              and a thread per job (scripts/bench-sleep.sh)
+#   weft-bench-sleep.jsonl     weft-bench sleep, cores .. 1000 x cores jobs, on fibers,
+#                              a thread per job and Go goroutines (scripts/bench-sleep.sh)
 #   weft-bench-sleep-fallback.jsonl  the same on the fallback (WEFT_FIBERS=0)
+#   weft-bench-sweep.jsonl     the scaling sweep: 2 .. 10^6 jobs sleeping 1 s, fibers and Go
+#   weft-bench-sweep-fallback.jsonl  the same on the fallback, where affordable
+#   weft-bench-spawn.jsonl     weft-bench spawn: ns per empty future, pmap element, goroutine
 #   weft-bench-gpars.jsonl     weft-bench gpars --case math (5000 calls) and --case files (500)
 #   bm_<name>.json             each Google Benchmark binary, 5 repetitions, interleaved
 #   *.log, bm_<name>.txt       what each program printed for people
@@ -24,9 +27,12 @@
 #
 # Environment: BENCH_REPEAT (weft-bench repetitions, default 3), GBENCH_REPS
 # (default 5), GBENCH_MIN_TIME (seconds per gbench repetition, default 0.2),
-# BENCH_ONLY (space-separated subset of: embroidery sleep gpars gbench).
-# The whole run takes about eight minutes on an idle 2-core machine, more on
-# a busy one.
+# BENCH_ONLY (space-separated subset of: embroidery sleep spawn gpars gbench);
+# scripts/bench-sleep.sh reads SWEEP_MAX_JOBS (SWEEP_MAX_JOBS=100000 skips the
+# 10^6-job point) and SWEEP_FALLBACK_MAX_S. The Go baselines run where the
+# build found Go (scripts/deps.sh bench installs it) and are skipped with a
+# message elsewhere. The whole run takes about twelve minutes on an idle
+# 2-core machine, more on a busy one.
 #
 # Exit status: 0 when every program succeeded; 1 when one failed (the others
 # still run, and the failures are listed at the end); 2 on a usage error.
@@ -44,7 +50,7 @@ results=${2:-results}
 repeat=${BENCH_REPEAT:-3}
 reps=${GBENCH_REPS:-5}
 min_time=${GBENCH_MIN_TIME:-0.2}
-only=${BENCH_ONLY:-embroidery sleep gpars gbench}
+only=${BENCH_ONLY:-embroidery sleep spawn gpars gbench}
 here=$(cd "$(dirname "$0")" && pwd)
 
 wb=$build/benchmarks/weft-bench/weft-bench
@@ -64,6 +70,13 @@ if grep -q '^TBB_DIR:PATH=TBB_DIR-NOTFOUND' "$build/CMakeCache.txt" 2>/dev/null 
   cmake "$build" >/dev/null && cmake --build "$build" -j "$(nproc)" >/dev/null ||
     echo "bench.sh: reconfiguring failed; bm_pmap runs without TBB" >&2
 fi
+# The same for Go and weft-bench's Go baselines (the cache remembers a failed find_program).
+if grep -q '^GO_EXECUTABLE:FILEPATH=GO_EXECUTABLE-NOTFOUND' "$build/CMakeCache.txt" 2>/dev/null &&
+  command -v go >/dev/null; then
+  echo "bench.sh: Go is installed now; reconfiguring $build for weft-bench's Go baselines" >&2
+  cmake -U GO_EXECUTABLE "$build" >/dev/null && cmake --build "$build" -j "$(nproc)" >/dev/null ||
+    echo "bench.sh: reconfiguring failed; weft-bench skips its Go cases" >&2
+fi
 
 failed=()
 want() { case " $only " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -80,9 +93,15 @@ if want embroidery; then
 fi
 
 if want sleep; then
-  step "weft-bench sleep: jobs = cores .. 1000 x cores (scripts/bench-sleep.sh)"
+  step "weft-bench sleep: jobs = cores .. 1000 x cores, and the sweep to 10^6 (scripts/bench-sleep.sh)"
   "$here/bench-sleep.sh" "$wb" "$results" "$repeat" "$results/weft-bench-sleep.log" ||
     failed+=("weft-bench sleep")
+fi
+
+if want spawn; then
+  step "weft-bench spawn --repeat $repeat"
+  "$wb" spawn --json --repeat "$repeat" >"$results/weft-bench-spawn.jsonl" \
+    2>"$results/weft-bench-spawn.log" || failed+=("weft-bench spawn")
 fi
 
 if want gpars; then

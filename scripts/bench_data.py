@@ -73,7 +73,8 @@ def cmd_meta(build):
         "loadavg_before": loadavg(),
         "build_type": cmake_cache(build, "CMAKE_BUILD_TYPE"),
         "c_compiler": cmake_cache(build, "CMAKE_C_COMPILER"),
-        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("WEFT_", "OMP_", "GOMP_", "KMP_"))},
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith(("WEFT_", "OMP_", "GOMP_", "KMP_")) or k in ("GOMAXPROCS", "GOGC", "GODEBUG", "GOMEMLIMIT")},
     }
     mem = read_first("/proc/meminfo", "MemTotal")
     if mem:
@@ -175,9 +176,23 @@ def read_jsonl(path):
 
 
 def read_sleep(results):
-    """weft-bench sleep records: fibers and threads, then the fallback's file."""
+    """weft-bench sleep records: fibers, threads and Go, then the fallback's file."""
     return (read_jsonl(os.path.join(results, "weft-bench-sleep.jsonl")) +
             read_jsonl(os.path.join(results, "weft-bench-sleep-fallback.jsonl")))
+
+
+def read_sweep(results):
+    """The scaling sweep (scripts/bench-sleep.sh, part sweep): fibers and Go, then the fallback."""
+    return (read_jsonl(os.path.join(results, "weft-bench-sweep.jsonl")) +
+            read_jsonl(os.path.join(results, "weft-bench-sweep-fallback.jsonl")))
+
+
+def spread(r, key):
+    """min and max of a figure over a record's repetitions (KEY_samples), else the figure itself."""
+    v = [x for x in (r.get(key + "_samples") or []) if isinstance(x, (int, float))]
+    if not v:
+        return r.get(key), r.get(key)
+    return min(v), max(v)
 
 
 def fmt_ns(v):
@@ -394,9 +409,9 @@ def summary_weft_bench(results, out):
             table.setdefault(r.get("jobs"), {})[key] = r
             if key not in cols:
                 cols.append(key)
-        order = {"fibers": 0, "threads": 1, "fallback": 2}
-        cols.sort(key=lambda k: (order.get(k[0], 3), -(k[1] or 0)))
-        names = {"fibers": "fibers", "threads": "thread/job", "fallback": "fallback"}
+        order = {"fibers": 0, "threads": 1, "go": 2, "fallback": 3}
+        cols.sort(key=lambda k: (order.get(k[0], 4), -(k[1] or 0)))
+        names = {"fibers": "fibers", "threads": "thread/job", "go": "Go", "fallback": "fallback"}
         out.append("weft-bench sleep: N jobs that each sleep, median ms [OS threads]")
         out.append("  %8s" % "jobs" + "".join("%22s" % ("%s %s ms" % (names.get(c[0], c[0]), c[1])) for c in cols))
         for jobs in sorted(table):
@@ -406,6 +421,44 @@ def summary_weft_bench(results, out):
                 cells.append("-" if r is None else ("failed" if r.get("status") != "ok" else "%.1f [%s]" % (
                     r.get("elapsed_ms"), r.get("os_threads"))))
             out.append("  %8s" % jobs + "".join("%22s" % x for x in cells))
+        out.append("")
+    sw = read_sweep(results)
+    if sw:
+        table = {}
+        for r in sw:
+            table.setdefault(r.get("jobs"), {})[series_of(r)] = r
+        out.append("weft-bench sleep, scaling sweep (1 s sleeps): median ms [peak RSS MiB] {most jobs in flight}")
+        out.append("  %8s %30s %30s %34s" % ("jobs", "weft fibers", "Go goroutines", "fallback (WEFT_FIBERS=0)"))
+        for jobs in sorted(table):
+            cells = []
+            for s in ("fibers", "go", "fallback"):
+                r = table[jobs].get(s)
+                if r is None:
+                    cells.append("-")
+                elif r.get("status") != "ok":
+                    cells.append("failed")
+                else:
+                    ms = r.get("elapsed_ms") or 0
+                    est = ""
+                    if r.get("sleep_ms") and r["sleep_ms"] != 1000:
+                        # Rounds of sleeps: the time scales with the sleep (an estimate, labelled).
+                        est = " ~%.0f s est. from %s ms" % (ms * 1000.0 / r["sleep_ms"] / 1000.0, r["sleep_ms"])
+                    cells.append("%.0f%s [%.0f] {%s}" % (ms, est, (r.get("peak_rss_kb") or 0) / 1024.0,
+                                                         r.get("in_flight_peak", "-")))
+            out.append("  %8s %30s %30s %34s" % ((jobs,) + tuple(cells)))
+        out.append("")
+    sp = read_jsonl(os.path.join(results, "weft-bench-spawn.jsonl"))
+    if sp:
+        out.append("weft-bench spawn: start an empty task and wait for it, ns per task (median [min]), weft / Go")
+        for r in sp:
+            if r.get("status") != "ok":
+                out.append("  %-22s failed: %s" % (r.get("case"), r.get("error")))
+                continue
+            vs = ""
+            if r.get("vs_go") is not None:
+                vs = "  %.2fx %s" % (r["vs_go"], r.get("vs_go_case"))
+            out.append("  %-22s %-5s %10.1f [%.1f]%s" % (r.get("case"), r.get("backend"), r.get("ns_per_op") or 0,
+                                                         r.get("ns_per_op_min") or 0, vs))
         out.append("")
 
 
@@ -471,6 +524,32 @@ def cmd_plots(results, outdir):
         made.append(name)
     if sl:
         write(os.path.join(outdir, "sleep-meta.dat"), "cores", [(sl[0].get("cores") or 1,)])
+    # 1b: the scaling sweep: elapsed (scaled to 1 s sleeps) and peak RSS against jobs,
+    # one file per series and sleep: sweep-<series>-<ms>.dat. Points are the medians
+    # of the repetitions; the min and max columns are for error bars.
+    sw = [r for r in read_sweep(results) if r.get("status") == "ok"]
+    keys = []
+    for r in sw:
+        k = (series_of(r), r.get("sleep_ms"))
+        if k not in keys:
+            keys.append(k)
+    for s, ms in keys:
+        rows = []
+        for r in sorted((r for r in sw if (series_of(r), r.get("sleep_ms")) == (s, ms)), key=lambda r: r["jobs"]):
+            # Rounds of sleeps: a 10 ms fallback run scaled by 100 estimates the 1 s one.
+            scale = 1000.0 / ms / 1000.0 if ms else 0.0
+            lo, hi = r.get("elapsed_ms_min", r["elapsed_ms"]), r.get("elapsed_ms_max", r["elapsed_ms"])
+            rlo, rhi = spread(r, "peak_rss_kb")
+            rss = r.get("peak_rss_kb")
+            mib = lambda v: "%.6g" % (v / 1024.0) if isinstance(v, (int, float)) else "NaN"
+            rows.append((r["jobs"], "%.6g" % (r["elapsed_ms"] * scale), "%.6g" % (lo * scale), "%.6g" % (hi * scale),
+                         mib(rss), mib(rlo), mib(rhi), ms, r.get("in_flight_peak", "NaN")))
+        name = "sweep-%s-%s.dat" % (s, ms)
+        write(os.path.join(outdir, name),
+              "jobs elapsed_s_at_1s(median) min max peak_rss_mib(median) min max sleep_ms in_flight_peak", rows)
+        made.append(name)
+    if sw:
+        write(os.path.join(outdir, "sweep-meta.dat"), "cores", [(sw[0].get("cores") or 1,)])
     # 3: pmap speed-up against n, and against grain.
     g = GBench(results)
     if g.has(pmap_name("Seq", 100)):

@@ -7,8 +7,11 @@
 # Into RESULTS_DIR/plots go:
 #
 #   sleep-elapsed.png  N jobs that each sleep: wall time against N, log-log, on
-#                      fibers, on the fallback and with a thread per job
+#                      fibers, on the fallback, with a thread per job and on Go
 #   sleep-threads.png  the OS threads each of those used, against N
+#   sleep-sweep.png    fibers at scale: 2 to 10^6 jobs sleeping 1 s on weft's fibers,
+#                      on Go goroutines and on the fallback: wall time and peak RSS
+#                      against N, log-log, two panels (median; bars: min to max)
 #   pmap-speedup.png   CPU parallel map: speed-up over the sequential loop against n
 #   pmap-grain.png     weft_pmap's speed-up against a fixed grain, for each n, with
 #                      the automatic grain and omp parallel for as flat lines
@@ -16,9 +19,10 @@
 #   future.png         ns per future start+get, fiber spawn+join and pthread_create+join
 #
 # Plots whose data the folder lacks are left out, except the sleep plots:
-# when RESULTS_DIR has no weft-bench sleep results, this script measures
-# them itself (scripts/bench-sleep.sh: modest sleeps, about two minutes on 2
-# cores), says so, and keeps them in RESULTS_DIR for next time.
+# when RESULTS_DIR has no weft-bench sleep results (or no sweep), this
+# script measures them itself (scripts/bench-sleep.sh: modest sleeps, about
+# two minutes on 2 cores; the sweep about three more), says so,
+# and keeps them in RESULTS_DIR for next time.
 # It finds weft-bench in $BUILD_DIR (default build/release) or as $WEFT_BENCH.
 #
 # Needs gnuplot (gnuplot-nox) and python3 (standard library only):
@@ -35,15 +39,18 @@ command -v gnuplot >/dev/null || { echo "plots.sh: gnuplot is needed (scripts/de
 command -v python3 >/dev/null || { echo "plots.sh: python3 is needed (scripts/deps.sh plots)" >&2; exit 2; }
 [ -d "$results" ] || { echo "plots.sh: no results folder '$results' (make bench writes one)" >&2; exit 2; }
 
-if [ ! -s "$results/weft-bench-sleep.jsonl" ]; then
+missing=()
+[ -s "$results/weft-bench-sleep.jsonl" ] || missing+=(sleep)
+[ -s "$results/weft-bench-sweep.jsonl" ] || missing+=(sweep)
+if [ ${#missing[@]} -gt 0 ]; then
   wb=${WEFT_BENCH:-${BUILD_DIR:-build/release}/benchmarks/weft-bench/weft-bench}
   if [ -x "$wb" ]; then
-    echo "plots.sh: $results has no weft-bench sleep results: measuring them now with $wb" >&2
-    echo "plots.sh: (scripts/bench-sleep.sh: 200 ms sleeps, 10 ms on the fallback; about two minutes)" >&2
-    "$here/bench-sleep.sh" "$wb" "$results" 3 "$results/weft-bench-sleep.log" ||
+    echo "plots.sh: $results has no weft-bench ${missing[*]} results: measuring them now with $wb" >&2
+    echo "plots.sh: (scripts/bench-sleep.sh: 200 ms sleeps, 10 ms on the fallback; 1 s in the sweep)" >&2
+    BENCH_SLEEP_PARTS="${missing[*]}" "$here/bench-sleep.sh" "$wb" "$results" 3 "$results/weft-bench-sleep.log" ||
       echo "plots.sh: some sleep measurements failed (see $results/weft-bench-sleep.log)" >&2
   else
-    echo "plots.sh: no weft-bench sleep results and no weft-bench at $wb: sleep plots left out" >&2
+    echo "plots.sh: no weft-bench ${missing[*]} results and no weft-bench at $wb: those plots left out" >&2
   fi
 fi
 
@@ -63,7 +70,7 @@ have() { [ -s "$data/$1" ]; }
 # One line per series and sleep length (files sleep-<series>-<ms>.dat).
 sleep_lines() { # $1: y expression for gnuplot's "using"; $2: "err" for error bars
   local f base series ms color pt label style
-  for f in "$data"/sleep-fallback-*.dat "$data"/sleep-threads-*.dat "$data"/sleep-fibers-*.dat; do
+  for f in "$data"/sleep-fallback-*.dat "$data"/sleep-threads-*.dat "$data"/sleep-go-*.dat "$data"/sleep-fibers-*.dat; do
     [ -s "$f" ] || continue
     base=$(basename "$f" .dat)
     series=${base#sleep-}
@@ -72,6 +79,7 @@ sleep_lines() { # $1: y expression for gnuplot's "using"; $2: "err" for error ba
     case $series in
       fibers) color='#1f77b4' pt=7 label="weft fibers, WEFT_FIBERS=1 ($ms ms sleeps)" ;;
       threads) color='#ff7f0e' pt=9 label="one pthread per job ($ms ms sleeps)" ;;
+      go) color='#2ca02c' pt=13 label="Go goroutines ($ms ms sleeps)" ;;
       fallback) color='#d62728' label="fallback, WEFT_FIBERS=0: $cores OpenMP threads ($ms ms sleeps)"
         pt=5; [ "$ms" -lt 100 ] && pt=4 ;;
       *) continue ;;
@@ -117,6 +125,65 @@ set yrange [1:5000]
 plot $(IFS=,; echo "${plot[*]}")
 EOF
   made+=(sleep-threads.png)
+fi
+
+# One line per series and sleep of the sweep (files sweep-<series>-<ms>.dat):
+# column 2 is the wall time scaled to 1 s sleeps (a 10 ms fallback run x 100,
+# an estimate, drawn dashed), 3 and 4 its min and max; 5, 6, 7 the peak RSS in MiB.
+sweep_lines() { # $1: "time" or "rss"
+  local f base series ms color pt label dt
+  for f in "$data"/sweep-fallback-*.dat "$data"/sweep-go-*.dat "$data"/sweep-fibers-*.dat; do
+    [ -s "$f" ] || continue
+    base=$(basename "$f" .dat)
+    series=${base#sweep-}
+    ms=${series##*-}
+    series=${series%-*}
+    dt=1
+    case $series in
+      fibers) color='#1f77b4' pt=7 label="weft fibers (WEFT_FIBERS=1)" ;;
+      go) color='#2ca02c' pt=13 label="Go goroutines" ;;
+      fallback) color='#d62728' pt=5 label="fallback, WEFT_FIBERS=0: $cores OpenMP threads"
+        if [ "$ms" -ne 1000 ]; then
+          pt=4
+          if [ "$1" = time ]; then dt=2 label="$label ($ms ms sleeps x $((1000 / ms)): estimate)"; else label="$label ($ms ms sleeps)"; fi
+        fi ;;
+      *) continue ;;
+    esac
+    if [ "$1" = time ]; then
+      printf "'%s' using 1:2:3:4 with yerrorlines dt %s lw 2 pt %s ps 1.3 lc rgb '%s' title '%s'\n" "$f" "$dt" "$pt" "$color" "$label"
+    else
+      printf "'%s' using 1:5:6:7 with yerrorlines lw 2 pt %s ps 1.3 lc rgb '%s' title '%s'\n" "$f" "$pt" "$color" "$label"
+    fi
+  done
+}
+
+if [ -s "$data/sweep-meta.dat" ]; then
+  read -r cores < <(grep -v '^#' "$data/sweep-meta.dat")
+  mapfile -t tplot < <(sweep_lines time)
+  tplot+=("1 with lines dt 3 lw 1.5 lc rgb '#555555' title 'one sleep (1 s): every sleep overlaps'")
+  mapfile -t rplot < <(sweep_lines rss)
+  gnuplot <<EOF
+$common
+set terminal pngcairo size 1500,700 noenhanced font "DejaVu Sans,12"
+set output '$plots/sleep-sweep.png'
+set multiplot layout 1,2 title "Fibers at scale: N jobs that each sleep 1 s on $cores cores, each run in a fresh process (median; bars: min to max)"
+set logscale xy
+set xtics ("2" 2, "20" 20, "200" 200, "2 000" 2000, "20 000" 20000, "100 000" 100000, "1 000 000" 1000000)
+set xrange [1.4:1.6e6]
+set xlabel "jobs N (log scale)"
+set format y "%g"
+# Room above the lines for the key: they reach every corner of the data.
+set offsets 0, 0, graph 0.3, 0
+set key top left box opaque font ",10"
+set ylabel "elapsed wall time, s (log scale)"
+set yrange [0.5:*]
+plot $(IFS=,; echo "${tplot[*]}")
+set ylabel "peak RSS of the process, MiB (VmHWM, log scale)"
+set yrange [*:*]
+plot $(IFS=,; echo "${rplot[*]}")
+unset multiplot
+EOF
+  made+=(sleep-sweep.png)
 fi
 
 if have pmap-n-Seq.dat; then

@@ -10,12 +10,14 @@
  *   cli.c             option parsing, numbers, shell quoting of the command line
  *   json.h, json.c    the JSON value, its writer and a strict reader (no dependency)
  *   meta.c            machine and build metadata for every record
- *   proc.c            cores, OS threads (/proc/self/task), peak RSS (VmHWM), the sampler
+ *   proc.c            cores, OS threads (/proc/self/task), peak RSS (VmHWM), CPU time, the sampler
  *   stats.c           min, median, max over samples
  *   progress.c        one status line on a terminal
  *   child.c           re-exec /proc/self/exe for a measurement, read its JSON line
+ *   go.c              where the Go baselines (benchmarks/go) are, or why they are not
  *   cmd_sleep.c       weft-bench sleep
  *   cmd_embroidery.c  weft-bench embroidery
+ *   cmd_spawn.c       weft-bench spawn
  *   cmd_gpars.c       weft-bench gpars (backends); gpars.h, gpars_math.c, gpars_files.c, gpars_http.c (cases)
  *   cmd_compare.c     weft-bench compare
  *   bench_cli_test.cmake  the bench_cli CTest
@@ -49,6 +51,7 @@ enum {
 int wb_cmd_sleep(int argc, char **argv);
 int wb_cmd_embroidery(int argc, char **argv);
 int wb_cmd_gpars(int argc, char **argv);
+int wb_cmd_spawn(int argc, char **argv);
 int wb_cmd_compare(int argc, char **argv);
 
 /* The program's name as invoked (argv[0]), for messages and the "command" key. */
@@ -111,9 +114,10 @@ int wb_str_add_shell_word(wb_str *b, const char *s);
 
 /*
  * The command line that repeats a measurement: "NAME=value ... weft-bench
- * args...". The environment variables that change what weft or OpenMP do
- * (WEFT_*, OMP_*, GOMP_*, KMP_*) are taken from env (NULL: this process's)
- * and put in front; the program is wb_argv0.
+ * args...". The environment variables that change what weft, OpenMP or the
+ * Go baselines do (WEFT_*, OMP_*, GOMP_*, KMP_*; GOMAXPROCS, GOGC, GODEBUG,
+ * GOMEMLIMIT) are taken from env (NULL: this process's) and put in front;
+ * the program is wb_argv0.
  */
 int wb_command_line(char *const *args, size_t nargs, char *const *env, char **out);
 
@@ -132,6 +136,17 @@ int wb_thread_count(void);
 
 /* Peak resident set size in KiB (VmHWM of /proc/self/status), or a negative errno. */
 int64_t wb_peak_rss_kb(void);
+
+/* What the process has used so far (getrusage RUSAGE_SELF: all its threads). */
+typedef struct wb_usage {
+  double user_s, sys_s; /* CPU time in user and system mode */
+  int64_t minflt;       /* minor page faults: pages first touched, mostly */
+} wb_usage;
+
+/* The usage now; zeros when getrusage fails. */
+wb_usage wb_usage_now(void);
+/* What a run between two readings cost: after - before. */
+wb_usage wb_usage_since(wb_usage after, wb_usage before);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 int64_t wb_now_ns(void);
@@ -217,10 +232,32 @@ bool wb_progress_enabled(void);
  */
 int wb_child_run(char *const *args, const char *const *set, json_value **rec, int *exit_code);
 
+/*
+ * The same for another program: run path with argv (argv[0] included,
+ * NULL-ended) and the environment changed by set, and parse the one JSON
+ * object it prints into *rec. The Go baselines run through it.
+ */
+int wb_run_json(const char *path, char *const *argv, const char *const *set, json_value **rec,
+                int *exit_code);
+
 /* The environment a child gets: this process's, with set applied. The caller frees the array and its strings.
  */
 int wb_child_env(const char *const *set, char ***out);
 void wb_free_strv(char **v);
+
+/* ------------------------------------------------------------------------ */
+/* The Go baselines (go.c)                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The path of the Go baseline name ("weft-go-sleep", "weft-go-spawn"):
+ * from $WEFT_BENCH_GO_DIR when it is set, else from the folder this build
+ * made them in. 0 with the path in out[0..len); -ENOENT when there is none,
+ * with why in why[0..whylen), the words after "go: skipped: " ("Go not
+ * found; install golang-go"). Measurements then skip their go case with
+ * that message and keep their exit code.
+ */
+int wb_go_find(const char *name, char *out, size_t len, char *why, size_t whylen);
 
 /* ------------------------------------------------------------------------ */
 /* Sleep measurements in child processes (cmd_sleep.c)                       */
@@ -231,20 +268,32 @@ void wb_free_strv(char **v);
  * the inputs; wb_sleep_children fills the rest. `embroidery` and `sleep`
  * with several backends or repetitions both use it.
  */
+/* The figures a sleep run keeps per repetition besides its wall time: m[] of wb_sleep_run. */
+enum {
+  WB_M_THREADS,   /* os_threads: OS threads at the sample time */
+  WB_M_RSS,       /* peak_rss_kb */
+  WB_M_IN_FLIGHT, /* in_flight_peak: the most jobs inside their sleep at once */
+  WB_M_CPU_USER,  /* cpu_user_s: the process's user CPU time over the run */
+  WB_M_CPU_SYS,   /* cpu_sys_s: its system CPU time */
+  WB_M_MINFLT,    /* minflt: its minor page faults over the run */
+  WB_NMETRICS
+};
+/* Their JSON keys, in the order above; each also has KEY_samples on an aggregated record. */
+extern const char *const wb_sleep_metric_keys[WB_NMETRICS];
+
 typedef struct wb_sleep_run {
   /* inputs */
-  const char *backend;    /* weft, omp, threads, seq */
+  const char *backend;    /* weft, omp, threads, seq, go */
   int64_t jobs, sleep_ms; /* as for `weft-bench sleep` */
   const char *set[3];     /* "NAME=value" for the child's environment, NULL-ended */
   const char *label;      /* for the progress line */
   /* results, one entry per repetition that ran */
-  json_value *rec;    /* the first child's record (metadata and all); NULL until one ran */
-  double *elapsed_ms; /* samples */
-  double *threads;    /* OS threads at the sample time */
-  double *rss_kb;     /* peak RSS */
-  size_t n;           /* samples so far */
-  bool failed;        /* a child failed or reported status "failed" */
-  char error[256];    /* the first failure, for the report */
+  json_value *rec;        /* the first child's record (metadata and all); NULL until one ran */
+  double *elapsed_ms;     /* samples */
+  double *m[WB_NMETRICS]; /* the other figures' samples (NaN where a child had none) */
+  size_t n;               /* samples so far */
+  bool failed;            /* a child failed or reported status "failed" */
+  char error[256];        /* the first failure, for the report */
 } wb_sleep_run;
 
 /*
@@ -256,8 +305,8 @@ int wb_sleep_children(wb_sleep_run *runs, size_t nruns, int64_t repeat, int64_t 
 
 /*
  * Turn a run into its aggregated record: the first child's record with the
- * timing, thread and RSS keys replaced by summaries over the repetitions
- * (and the samples), status and command set. Returns the record (owned by
+ * timing keys and the figures of wb_sleep_metric_keys replaced by summaries
+ * over the repetitions (medians, and the samples), status and command set. Returns the record (owned by
  * the caller, taken from run->rec) or NULL when no child produced one.
  */
 json_value *wb_sleep_aggregate(wb_sleep_run *run, const char *command);

@@ -5,7 +5,7 @@
  * caused them. So `embroidery`, and `sleep` with more than one measurement,
  * re-run this very program as `weft-bench sleep ... --json` with the
  * environment the measurement needs, and read back the one JSON object it
- * prints.
+ * prints. The Go baselines (go.c) run through the same reader.
  *
  * "This very program" is the file /proc/self/exe names, read with readlink
  * rather than exec'd through the link itself: under Valgrind, exec of
@@ -79,16 +79,26 @@ int wb_child_run(char *const *args, const char *const *set, json_value **rec, in
   size_t nargs = 0;
   while (args[nargs]) nargs++;
   char **argv = calloc(nargs + 2, sizeof *argv);
+  *exit_code = -1;
+  if (!argv) return -ENOMEM;
+  /* The child is called by the name we were called by, so that its "command" key reads the same. */
+  argv[0] = (char *)wb_argv0;
+  for (size_t i = 0; i < nargs; i++) argv[i + 1] = args[i];
+  char self[PATH_MAX];
+  self_path(self, sizeof self);
+  int rc = wb_run_json(self, argv, set, rec, exit_code);
+  free(argv);
+  return rc;
+}
+
+int wb_run_json(const char *path, char *const *argv, const char *const *set, json_value **rec,
+                int *exit_code) {
   char **env = NULL;
   int fds[2] = {-1, -1};
   char *out = NULL;
   size_t len = 0, cap = 0;
   int rc;
   *exit_code = -1;
-  if (!argv) return -ENOMEM;
-  /* The child is called by the name we were called by, so that its "command" key reads the same. */
-  argv[0] = (char *)wb_argv0;
-  for (size_t i = 0; i < nargs; i++) argv[i + 1] = args[i];
   if ((rc = wb_child_env(set, &env)) < 0) goto done;
   if (pipe(fds) < 0) {
     rc = -errno;
@@ -102,14 +112,12 @@ int wb_child_run(char *const *args, const char *const *set, json_value **rec, in
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
   pid_t pid;
-  char self[PATH_MAX];
-  self_path(self, sizeof self);
-  rc = posix_spawn(&pid, self, &fa, NULL, argv, env);
+  rc = posix_spawn(&pid, path, &fa, NULL, argv, env);
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   fds[1] = -1;
   if (rc != 0) {
-    fprintf(stderr, "weft-bench: cannot start a child run (%s): %s\n", self, strerror(rc));
+    fprintf(stderr, "weft-bench: cannot start a child run (%s): %s\n", path, strerror(rc));
     rc = -rc;
     goto done;
   }
@@ -140,8 +148,8 @@ int wb_child_run(char *const *args, const char *const *set, json_value **rec, in
   while (len && (out[len - 1] == '\n' || out[len - 1] == '\r')) len--;
   char err[160];
   if (len == 0 || memchr(out, '\n', len) != NULL) {
-    fprintf(stderr, "weft-bench: the child run '%s %s ...' printed %s on stdout (exit code %d)\n", wb_argv0,
-            args[0], len ? "more than one line" : "nothing", *exit_code);
+    fprintf(stderr, "weft-bench: the child run '%s %s ...' printed %s on stdout (exit code %d)\n", argv[0],
+            argv[1] ? argv[1] : "", len ? "more than one line" : "nothing", *exit_code);
     rc = -ECHILD;
   } else if ((rc = json_parse(out, len, rec, err, sizeof err)) < 0) {
     fprintf(stderr, "weft-bench: the child run printed bad JSON: %s\n", err);
@@ -157,6 +165,5 @@ done:
   if (fds[1] >= 0) close(fds[1]);
   free(out);
   wb_free_strv(env);
-  free(argv);
   return rc;
 }

@@ -173,10 +173,14 @@ int wb_str_add_shell_word(wb_str *b, const char *s) {
 
 bool wb_env_name_recorded(const char *name, size_t len) {
   static const char *const prefixes[] = {"WEFT_", "OMP_", "GOMP_", "KMP_"};
+  /* What changes Go's scheduler and collector in the go backends; not GOPATH and the like. */
+  static const char *const go_names[] = {"GOMAXPROCS", "GOGC", "GODEBUG", "GOMEMLIMIT"};
   for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
     size_t pl = strlen(prefixes[i]);
     if (len > pl && strncmp(name, prefixes[i], pl) == 0) return true;
   }
+  for (size_t i = 0; i < sizeof go_names / sizeof go_names[0]; i++)
+    if (len == strlen(go_names[i]) && strncmp(name, go_names[i], len) == 0) return true;
   return false;
 }
 

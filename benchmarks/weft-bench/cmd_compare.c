@@ -3,8 +3,11 @@
  * JSON Lines files that weft-bench wrote, matches measurements by what was
  * measured (bench, case, backend, jobs, sleep_ms, loops, items, and the
  * http/echo parameters: requests, concurrency, keepalive, connections,
- * messages, size; and whether fibers ran), and says
- * for each whether the median wall time changed.
+ * messages, size; spawn's batch and n; and whether fibers ran), and says
+ * for each whether the median wall time changed. A record that gives a time
+ * per operation (ns_per_op: spawn's) is compared by that instead, so that
+ * runs that made different numbers of operations (spawn's --count, or the
+ * pmap calls its warm-up chose) still compare.
  *
  * A measurement is a regression ("SLOWER", exit 1) when both hold:
  *   - its median got slower by more than --threshold percent (default 10), and
@@ -20,6 +23,15 @@
  *
  * Records of the same measurement that appear more than once in one file
  * (runs appended with >>) are pooled: their samples are merged.
+ *
+ * The other figures that sleep and embroidery records carry (peak RSS, CPU
+ * time, page faults, OS threads, jobs in flight) are compared the same way,
+ * each in its own direction (lower is better, but more jobs in flight is
+ * better), and reported as information only: they never change the exit
+ * code, since a gate on them would fail runs that only the wall time
+ * decided before. Changes smaller than a fixed amount per figure (10 ms of
+ * CPU, 100 faults, 256 KiB) are "same" whatever their percentage: a run
+ * that used 1 ms of system time against 0 is not twice as bad.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -34,8 +46,9 @@ static const char compare_help[] =
     "\n"
     "Compare two JSON Lines files written by weft-bench --json. Measurements are\n"
     "matched by bench, case, backend, jobs, sleep_ms, loops, items, requests,\n"
-    "concurrency, keepalive, connections, messages, size and fibers; records of\n"
-    "one measurement that repeat within a file are pooled.\n"
+    "concurrency, keepalive, connections, messages, size, batch, n and fibers;\n"
+    "records of one measurement that repeat within a file are pooled. Records\n"
+    "with ns_per_op (spawn) are compared by their ns per operation, marked [ns/op].\n"
     "\n"
     "  --threshold PCT  slowdown of the median that counts (default 10)\n"
     "  --json           one JSON object per measurement instead of the table\n"
@@ -44,6 +57,8 @@ static const char compare_help[] =
     "Verdicts: same, faster, noise (past the threshold but the samples overlap),\n"
     "SLOWER (median slower by more than PCT% and every new sample slower than\n"
     "every base sample), FAILED (the new run failed), only-base, only-new.\n"
+    "Peak RSS, CPU time, page faults, OS threads and jobs in flight, where records\n"
+    "have them, are judged alike (worse, better, noise, same) for information only.\n"
     "Exit codes: 0 no regression, 1 at least one SLOWER or FAILED, 2 bad input\n"
     "(unreadable file, a line that is not a weft-bench record).\n";
 
@@ -57,10 +72,26 @@ static const wb_opt compare_opts[] = {
 };
 
 /* What identifies a measurement: the same values in both files means the same experiment. */
-static const char *const key_fields[] = {"bench",       "case",     "backend",  "jobs",        "sleep_ms",
-                                         "loops",       "items",    "requests", "concurrency", "keepalive",
-                                         "connections", "messages", "size",     "fibers"};
+static const char *const key_fields[] = {
+    "bench",       "case",      "backend",     "jobs",     "sleep_ms", "loops", "items", "requests",
+    "concurrency", "keepalive", "connections", "messages", "size",     "batch", "n",     "fibers"};
 #define NKEYS (sizeof key_fields / sizeof key_fields[0])
+
+/* The figures compared for information, besides the wall time. */
+static const struct metric {
+  const char *key;    /* the record's median; KEY_samples holds its samples */
+  bool higher_better; /* in_flight_peak: more jobs sleeping at once is the point */
+  double min_change;  /* smaller absolute changes are "same" */
+} metrics[] = {
+    {"peak_rss_kb", false, 256}, {"cpu_user_s", false, 0.01}, {"cpu_sys_s", false, 0.01},
+    {"minflt", false, 100},      {"os_threads", false, 1},    {"in_flight_peak", true, 1},
+};
+#define NMETRICS (sizeof metrics / sizeof metrics[0])
+
+typedef struct figure_samples {
+  double *v;
+  size_t n;
+} figure_samples;
 
 typedef struct entry {
   char *key;   /* the key fields' JSON text joined by '\x1f': equal keys, same measurement */
@@ -70,6 +101,8 @@ typedef struct entry {
   double min, max; /* from elapsed_ms_min/max when a record has no samples_ms */
   bool failed;     /* some record of it has status "failed" */
   bool matched;
+  bool per_op;                /* samples are ns per operation (ns_per_op_samples), not ms */
+  figure_samples m[NMETRICS]; /* the informational figures' samples, pooled like the times */
 } entry;
 
 typedef struct entries {
@@ -82,6 +115,7 @@ static void entries_free(entries *es) {
     free(es->v[i].key);
     free(es->v[i].label);
     free(es->v[i].samples);
+    for (size_t m = 0; m < NMETRICS; m++) free(es->v[i].m[m].v);
   }
   free(es->v);
 }
@@ -93,6 +127,29 @@ static int push_samples(entry *e, const double *v, size_t n) {
   e->samples = p;
   e->n += n;
   return 0;
+}
+
+static int push_value(figure_samples *s, double v) {
+  double *p = realloc(s->v, (s->n + 1) * sizeof *p);
+  if (!p) return -ENOMEM;
+  p[s->n++] = v;
+  s->v = p;
+  return 0;
+}
+
+/* A record's samples of one figure: KEY_samples (numbers; nulls skipped), else KEY itself. */
+static int add_metric(figure_samples *s, const json_value *rec, const char *key) {
+  char skey[64];
+  snprintf(skey, sizeof skey, "%s_samples", key);
+  const json_value *arr = json_get(rec, skey);
+  int rc = 0;
+  if (arr && arr->type == JSON_ARRAY && arr->u.arr.n) {
+    for (size_t i = 0; i < arr->u.arr.n && rc == 0; i++)
+      if (arr->u.arr.items[i]->type == JSON_NUMBER) rc = push_value(s, arr->u.arr.items[i]->u.num);
+    return rc;
+  }
+  double v;
+  return json_get_num(rec, key, &v) ? push_value(s, v) : 0;
 }
 
 /* Build the key and the label of a record; NULL fields count as absent. */
@@ -148,20 +205,41 @@ static int add_record(entries *es, const json_value *rec, char *why, size_t whyl
     snprintf(why, whylen, "\"elapsed_ms\" is negative");
     return -EINVAL;
   }
-  const json_value *samples = json_get(rec, "samples_ms");
+  /* A time per operation, where the record has one, is what is compared (its samples and spread). */
+  double per_op_v;
+  bool per_op = !failed && json_get_num(rec, "ns_per_op", &per_op_v) && per_op_v >= 0;
+  const char *skey = per_op ? "ns_per_op_samples" : "samples_ms";
+  const json_value *samples = json_get(rec, skey);
   if (samples && samples->type != JSON_ARRAY) {
-    snprintf(why, whylen, "\"samples_ms\" is not an array");
+    snprintf(why, whylen, "\"%s\" is not an array", skey);
     return -EINVAL;
   }
   for (size_t i = 0; samples && i < samples->u.arr.n; i++) {
     if (samples->u.arr.items[i]->type != JSON_NUMBER || samples->u.arr.items[i]->u.num < 0) {
-      snprintf(why, whylen, "\"samples_ms\" holds something that is not a time");
+      snprintf(why, whylen, "\"%s\" holds something that is not a time", skey);
       return -EINVAL;
     }
   }
+  if (per_op) elapsed = per_op_v;
 
   char *key, *label;
   int rc = make_key(rec, &key, &label);
+  if (rc == 0 && per_op) {
+    /* Its own measurement, and labelled: the table's columns then hold ns, not ms. */
+    char *k2 = NULL, *l2 = NULL;
+    wb_str a = {0}, b = {0};
+    if (wb_str_addf(&a, "%sns_per_op", key) == 0) k2 = a.s;
+    if (wb_str_addf(&b, "%s [ns/op]", label) == 0) l2 = b.s;
+    free(key);
+    free(label);
+    if (!k2 || !l2) {
+      free(k2);
+      free(l2);
+      return -ENOMEM;
+    }
+    key = k2;
+    label = l2;
+  }
   if (rc < 0) return rc;
   entry *e = NULL;
   for (size_t i = 0; i < es->n && !e; i++)
@@ -187,19 +265,22 @@ static int add_record(entries *es, const json_value *rec, char *why, size_t whyl
     e->label = label;
     e->min = INFINITY;
     e->max = -INFINITY;
+    e->per_op = per_op;
   }
   if (failed) {
     e->failed = true;
     return 0;
   }
+  for (size_t m = 0; m < NMETRICS; m++)
+    if ((rc = add_metric(&e->m[m], rec, metrics[m].key)) < 0) return rc;
   if (samples && samples->u.arr.n) {
     for (size_t i = 0; i < samples->u.arr.n; i++)
       if ((rc = push_samples(e, &samples->u.arr.items[i]->u.num, 1)) < 0) return rc;
   } else {
     /* A record without samples: its median stands for it; its min and max, if given, for the spread. */
     double lo = elapsed, hi = elapsed;
-    json_get_num(rec, "elapsed_ms_min", &lo);
-    json_get_num(rec, "elapsed_ms_max", &hi);
+    json_get_num(rec, per_op ? "ns_per_op_min" : "elapsed_ms_min", &lo);
+    json_get_num(rec, per_op ? "ns_per_op_max" : "elapsed_ms_max", &hi);
     if (lo < e->min) e->min = lo;
     if (hi > e->max) e->max = hi;
     if ((rc = push_samples(e, &elapsed, 1)) < 0) return rc;
@@ -319,6 +400,76 @@ static verdict judge(const entry *base, const entry *neu, double threshold) {
   return v;
 }
 
+/* One informational figure: its medians, change and verdict ("same", "worse", "better", "noise"). */
+typedef struct metric_verdict {
+  const char *word;
+  double base_med, new_med, change_pct;
+} metric_verdict;
+
+/*
+ * Judge figure m of a matched measurement as judge() judges the time: past
+ * the threshold with the samples apart is a change, with them overlapping
+ * noise. False when either side lacks the figure.
+ */
+static bool judge_metric(const entry *b, const entry *n, size_t m, double threshold, metric_verdict *v) {
+  const figure_samples *bs = &b->m[m], *ns = &n->m[m];
+  if (!bs->n || !ns->n || b->failed || n->failed) return false;
+  wb_summary x = wb_summarize(bs->v, bs->n), y = wb_summarize(ns->v, ns->n);
+  double diff = y.median - x.median;
+  v->base_med = x.median;
+  v->new_med = y.median;
+  v->change_pct = x.median != 0 ? diff / fabs(x.median) * 100.0 : NAN;
+  v->word = "same";
+  if (fabs(diff) < metrics[m].min_change) return true;
+  /* From zero any change is past the threshold. */
+  double pct = isnan(v->change_pct) ? (diff > 0 ? INFINITY : -INFINITY) : v->change_pct;
+  if (fabs(pct) <= threshold) return true;
+  bool apart = diff > 0 ? y.min > x.max : y.max < x.min;
+  bool up_is_bad = !metrics[m].higher_better;
+  if (!apart)
+    v->word = "noise";
+  else
+    v->word = (diff > 0) == up_is_bad ? "worse" : "better";
+  return true;
+}
+
+/* The "metrics" object of a compare record: every figure both sides have, with its verdict. */
+static int add_metrics_json(json_value *rec, const entry *b, const entry *n, double threshold) {
+  json_value *obj = json_new_object();
+  int rc = obj ? 0 : -ENOMEM;
+  for (size_t m = 0; m < NMETRICS && rc == 0; m++) {
+    metric_verdict v;
+    if (!judge_metric(b, n, m, threshold, &v)) continue;
+    json_value *one = json_new_object();
+    rc = one ? 0 : -ENOMEM;
+    if (rc == 0) rc = json_set_num(one, "base", v.base_med);
+    if (rc == 0) rc = json_set_num(one, "new", v.new_med);
+    if (rc == 0) rc = json_set_num(one, "change_pct", v.change_pct);
+    if (rc == 0) rc = json_set_str(one, "verdict", v.word);
+    if (rc == 0)
+      rc = json_set(obj, metrics[m].key, one);
+    else
+      json_free(one);
+  }
+  if (rc == 0) return json_set(rec, "metrics", obj);
+  json_free(obj);
+  return rc;
+}
+
+/* Under a measurement's row: the figures that moved (worse, better or noise), one line each. */
+static void print_metrics(const entry *b, const entry *n, double threshold) {
+  for (size_t m = 0; m < NMETRICS; m++) {
+    metric_verdict v;
+    if (!judge_metric(b, n, m, threshold, &v) || strcmp(v.word, "same") == 0) continue;
+    printf("    %-16s %12.6g %12.6g", metrics[m].key, v.base_med, v.new_med);
+    if (isnan(v.change_pct))
+      printf(" %9s", "-");
+    else
+      printf(" %+8.1f%%", v.change_pct);
+    printf("  %s (information)\n", v.word);
+  }
+}
+
 static void print_ms(double v) {
   if (isnan(v))
     printf(" %12s", "-");
@@ -400,10 +551,12 @@ int wb_cmd_compare(int argc, char **argv) {
         if (jrc == 0) jrc = json_set_str(rec, "measurement", label);
         if (jrc == 0) jrc = json_set_num(rec, "base_ms", v.base_med);
         if (jrc == 0) jrc = json_set_num(rec, "new_ms", v.new_med);
+        if (jrc == 0) jrc = json_set_str(rec, "unit", (b ? b : n)->per_op ? "ns_per_op" : "ms");
         if (jrc == 0) jrc = json_set_num(rec, "change_pct", isfinite(v.change_pct) ? v.change_pct : NAN);
         if (jrc == 0) jrc = json_set_num(rec, "threshold_pct", threshold);
         if (jrc == 0) jrc = json_set_str(rec, "verdict", v.word);
         if (jrc == 0) jrc = json_set_bool(rec, "regression", v.regression);
+        if (jrc == 0 && b && n) jrc = add_metrics_json(rec, b, n, threshold);
         if (jrc == 0) jrc = json_print_line(rec, stdout);
         json_free(rec);
         if (jrc < 0) rc = WB_EXIT_FAIL;
@@ -417,6 +570,7 @@ int wb_cmd_compare(int argc, char **argv) {
       else
         printf(" %+8.1f%%", v.change_pct);
       printf("  %s\n", v.word);
+      if (b && n) print_metrics(b, n, threshold);
     }
   }
   if (!json) {

@@ -3,8 +3,10 @@
  * library embroidery's write-up, repeated with weft. Jobs that each sleep
  * 1 s, first as many as there are cores, then 1000 x cores; first on weft's
  * blocking pmap (fibers), then on its fallback (the same call with
- * WEFT_FIBERS=0). Every measurement runs in a fresh child process, so its
- * OS threads and peak RSS are its own.
+ * WEFT_FIBERS=0), and on Go's goroutines (benchmarks/go, weft-go-sleep:
+ * the nearest thing to the write-up's virtual threads that runs here; left
+ * out with a message when this build has no Go). Every measurement runs in
+ * a fresh child process, so its OS threads and peak RSS are its own.
  *
  * The fallback's 1000 x cores run sleeps 10 ms per job unless --full: at
  * 1 s it runs for about 1000 s on 2 cores (1000 rounds of one sleep per
@@ -32,10 +34,12 @@ static const char embroidery_help[] =
     "usage: weft-bench embroidery [--full] [--repeat R] [--json]\n"
     "\n"
     "The embroidery experiment: jobs that each sleep 1000 ms, jobs = cores and then\n"
-    "jobs = 1000 x cores, on weft's blocking pmap with fibers (WEFT_FIBERS=1) and on\n"
-    "the fallback (the same weft call with WEFT_FIBERS=0). Every measurement runs in\n"
-    "a fresh child process (weft-bench sleep --backend weft ... --json), so the OS\n"
-    "thread count and the peak RSS are per run.\n"
+    "jobs = 1000 x cores, on weft's blocking pmap with fibers (WEFT_FIBERS=1), on\n"
+    "the fallback (the same weft call with WEFT_FIBERS=0) and on Go goroutines (the\n"
+    "Go baseline weft-go-sleep; skipped with a message when this build has no Go).\n"
+    "Every measurement runs in a fresh child process (weft-bench sleep --backend\n"
+    "weft|go ... --json), so the OS thread count, the peak RSS, the CPU time and the\n"
+    "page faults are per run; the jobs in flight are counted around each sleep.\n"
     "\n"
     "  --full        run the fallback's 1000 x cores case at 1000 ms too (about\n"
     "                1000 s on 2 cores); by default it sleeps 10 ms per job and the\n"
@@ -44,7 +48,7 @@ static const char embroidery_help[] =
     "  --json        one JSON object per measurement (JSON Lines) on stdout\n"
     "  --help        this text\n"
     "\n"
-    "The default run takes about 3 s + 10 ms x 1000 = 13 s on 2 cores.\n"
+    "The default run takes about 5 s + 10 ms x 1000 = 15 s on 2 cores.\n"
     "The write-up's figures (1005 and 1027 ms on virtual threads, 440 s on the\n"
     "fallback, 22 platform threads) are printed beside the results for reference:\n"
     "they were measured on the JVM, on another machine.\n";
@@ -56,7 +60,8 @@ static const wb_opt embroidery_opts[] = {
     {"json", false, OPT_JSON}, {NULL, false, 0},
 };
 
-enum { FIB_CORES, FIB_1000, FB_CORES, FB_1000, NRUNS };
+/* The go runs come last, so that without Go the first four run alone. */
+enum { FIB_CORES, FIB_1000, FB_CORES, FB_1000, GO_CORES, GO_1000, NRUNS };
 
 static int measure_command(const wb_sleep_run *run, int64_t repeat, char **out) {
   char jobs_s[24], sleep_s[24], repeat_s[24];
@@ -67,7 +72,7 @@ static int measure_command(const wb_sleep_run *run, int64_t repeat, char **out) 
   size_t n = 0;
   args[n++] = "sleep";
   args[n++] = "--backend";
-  args[n++] = "weft";
+  args[n++] = (char *)run->backend;
   args[n++] = "--jobs";
   args[n++] = jobs_s;
   args[n++] = "--sleep-ms";
@@ -99,54 +104,88 @@ static void fmt_ms(char *out, size_t len, const wb_sleep_run *r) {
     snprintf(out, len, "%.0f (%.0f-%.0f)", s.median, s.min, s.max);
 }
 
-static void fmt_median(char *out, size_t len, const wb_sleep_run *r, const double *v) {
+/* The median of figure m; "-" without samples, "skipped" for a go run that could not run. */
+static void fmt_median(char *out, size_t len, const wb_sleep_run *r, int m, const char *fmt) {
   if (r->n == 0)
     snprintf(out, len, "-");
   else
-    snprintf(out, len, "%.0f", wb_summarize(v, r->n).median);
+    snprintf(out, len, fmt, wb_summarize(r->m[m], r->n).median);
 }
 
-/* One row of the table: our two columns, then the write-up's two (reference figures or "-"). */
-static void row(const char *what, const char *fib, const char *fb, const char *ref_vt, const char *ref_fb) {
-  printf("  %-24s %-16s %-28s %-18s %s\n", what, fib, fb, ref_vt, ref_fb);
+/* CPU time of the run, user + system, as "0.52 (0.31+0.21)". */
+static void fmt_cpu(char *out, size_t len, const wb_sleep_run *r) {
+  if (r->n == 0) {
+    snprintf(out, len, "-");
+    return;
+  }
+  double u = wb_summarize(r->m[WB_M_CPU_USER], r->n).median,
+         s = wb_summarize(r->m[WB_M_CPU_SYS], r->n).median;
+  snprintf(out, len, "%.2f (%.2f+%.2f)", u + s, u, s);
+}
+
+/* One row of the table: our three columns, then the write-up's two (reference figures or "-"). */
+static void row(const char *what, const char *fib, const char *fb, const char *go, const char *ref_vt,
+                const char *ref_fb) {
+  printf("  %-24s %-18s %-28s %-18s %-18s %s\n", what, fib, fb, go, ref_vt, ref_fb);
+}
+
+/* One figure for the three measured columns; go_run is NULL when Go was skipped. */
+static void figure_row(const char *what, const wb_sleep_run *const col[3], int m, const char *fmt,
+                       const char *ref_vt, const char *ref_fb) {
+  char c[3][64];
+  for (int i = 0; i < 3; i++) {
+    if (!col[i])
+      snprintf(c[i], sizeof c[i], "skipped");
+    else if (m < 0)
+      fmt_cpu(c[i], sizeof c[i], col[i]);
+    else
+      fmt_median(c[i], sizeof c[i], col[i], m, fmt);
+  }
+  row(what, c[0], c[1], c[2], ref_vt, ref_fb);
 }
 
 static void print_block(const char *title, const wb_sleep_run *fib, const wb_sleep_run *fb,
-                        const char *fb_note, const char *ref_ms_vt, const char *ref_ms_fb,
-                        const char *ref_threads) {
-  char a[64], b[96];
+                        const wb_sleep_run *go, const char *fb_note, const char *ref_ms_vt,
+                        const char *ref_ms_fb, const char *ref_threads) {
+  char a[64], b[96], c[64];
+  const wb_sleep_run *col[3] = {fib, fb, go};
   printf("%s\n", title);
   fmt_ms(a, sizeof a, fib);
   fmt_ms(b, sizeof b, fb);
   strncat(b, fb_note, sizeof b - strlen(b) - 1);
-  row("\"Elapsed time\" (msecs)", a, b, ref_ms_vt, ref_ms_fb);
-  fmt_median(a, sizeof a, fib, fib->threads);
-  fmt_median(b, sizeof b, fb, fb->threads);
-  row("Platform threads", a, b, ref_threads, "-");
-  fmt_median(a, sizeof a, fib, fib->rss_kb);
-  fmt_median(b, sizeof b, fb, fb->rss_kb);
-  row("Peak RSS (KiB)", a, b, "-", "-");
+  if (go)
+    fmt_ms(c, sizeof c, go);
+  else
+    snprintf(c, sizeof c, "skipped");
+  row("\"Elapsed time\" (msecs)", a, b, c, ref_ms_vt, ref_ms_fb);
+  figure_row("Platform threads", col, WB_M_THREADS, "%.0f", ref_threads, "-");
+  figure_row("Peak RSS (KiB)", col, WB_M_RSS, "%.0f", "-", "-");
+  figure_row("Jobs in flight (peak)", col, WB_M_IN_FLIGHT, "%.0f", "-", "-");
+  figure_row("CPU s (user+system)", col, -1, NULL, "-", "-");
+  figure_row("Minor page faults", col, WB_M_MINFLT, "%.0f", "-", "-");
 }
 
-static void print_report(wb_sleep_run *runs, unsigned cores, bool full, int64_t repeat) {
+static void print_report(wb_sleep_run *runs, unsigned cores, bool full, int64_t repeat, bool have_go,
+                         const char *go_why) {
   char title[96], ref_vt_cores[32], ref_vt_1000[32], ref_fb[32], ref_threads[32];
   printf("embroidery: jobs that each sleep 1000 ms on weft's blocking pmap, %u cores", cores);
   if (repeat > 1) printf(", median (min-max) of %lld repetitions", (long long)repeat);
-  printf("\nEvery figure in the first two columns was measured here, each run in a fresh process.\n");
+  printf("\nEvery figure in the first three columns was measured here, each run in a fresh process.\n");
   printf("The last two are the embroidery write-up's (JVM virtual threads; its machine), for reference "
          "only.\n\n");
-  printf("  %-24s %-16s %-28s %-18s %s\n", "", "weft fibers", "weft fallback", "write-up: virtual",
-         "write-up: fallback");
-  printf("  %-24s %-16s %-28s %-18s %s\n", "", "(WEFT_FIBERS=1)", "(WEFT_FIBERS=0)", "threads", "");
+  row("", "weft fibers", "weft fallback", "Go goroutines", "write-up: virtual", "write-up: fallback");
+  row("", "(WEFT_FIBERS=1)", "(WEFT_FIBERS=0)", "(weft-go-sleep)", "threads", "");
   snprintf(ref_vt_cores, sizeof ref_vt_cores, "%.0f", REF_VT_CORES_MS);
   snprintf(ref_vt_1000, sizeof ref_vt_1000, "%.0f", REF_VT_1000_MS);
   snprintf(ref_fb, sizeof ref_fb, "%.0f", REF_FALLBACK_S * 1000);
   snprintf(ref_threads, sizeof ref_threads, "%d", REF_THREADS);
   snprintf(title, sizeof title, "jobs = cores = %u", cores);
-  print_block(title, &runs[FIB_CORES], &runs[FB_CORES], "", ref_vt_cores, "-", "-");
+  print_block(title, &runs[FIB_CORES], &runs[FB_CORES], have_go ? &runs[GO_CORES] : NULL, "", ref_vt_cores,
+              "-", "-");
   snprintf(title, sizeof title, "jobs = 1000 x cores = %lld", (long long)runs[FIB_1000].jobs);
-  print_block(title, &runs[FIB_1000], &runs[FB_1000], full ? "" : " [10 ms sleeps]", ref_vt_1000, ref_fb,
-              ref_threads);
+  print_block(title, &runs[FIB_1000], &runs[FB_1000], have_go ? &runs[GO_1000] : NULL,
+              full ? "" : " [10 ms sleeps]", ref_vt_1000, ref_fb, ref_threads);
+  if (!have_go) printf("\nGo goroutines: skipped: %s\n", go_why);
 
   if (!full && runs[FB_1000].n > 0) {
     /* Rounds of sleeps: each OS thread of the fallback sleeps once per round, so time scales with the sleep.
@@ -160,6 +199,8 @@ static void print_report(wb_sleep_run *runs, unsigned cores, bool full, int64_t 
   }
   for (int i = 0; i < NRUNS; i++)
     if (runs[i].failed) printf("\n%s run FAILED: %s\n", runs[i].label, runs[i].error);
+  printf("\n(in flight: the most jobs inside their sleep at once; CPU s and page faults: the run's process,\n"
+         " over the run; Go's figures are its own program's)\n");
 }
 
 int wb_cmd_embroidery(int argc, char **argv) {
@@ -213,27 +254,33 @@ int wb_cmd_embroidery(int argc, char **argv) {
 
   wb_sleep_run runs[NRUNS];
   memset(runs, 0, sizeof runs);
-  static const char *const labels[NRUNS] = {"fibers, jobs = cores", "fibers, jobs = 1000 x cores",
-                                            "fallback, jobs = cores", "fallback, jobs = 1000 x cores"};
+  static const char *const labels[NRUNS] = {"fibers, jobs = cores",   "fibers, jobs = 1000 x cores",
+                                            "fallback, jobs = cores", "fallback, jobs = 1000 x cores",
+                                            "go, jobs = cores",       "go, jobs = 1000 x cores"};
   for (int i = 0; i < NRUNS; i++) {
-    runs[i].backend = "weft";
+    runs[i].backend = i >= GO_CORES ? "go" : "weft";
     runs[i].label = labels[i];
-    runs[i].jobs = (i == FIB_CORES || i == FB_CORES) ? (int64_t)cores : 1000 * (int64_t)cores;
+    runs[i].jobs =
+        (i == FIB_CORES || i == FB_CORES || i == GO_CORES) ? (int64_t)cores : 1000 * (int64_t)cores;
     runs[i].sleep_ms = (i == FB_1000 && !full) ? 10 : 1000;
     /* Explicit both ways: a WEFT_FIBERS=0 in the caller's environment must not turn the fiber runs into
-     * fallbacks. */
-    runs[i].set[0] = i < FB_CORES ? "WEFT_FIBERS=1" : "WEFT_FIBERS=0";
+     * fallbacks. The go runs do not call weft. */
+    if (i < GO_CORES) runs[i].set[0] = i < FB_CORES ? "WEFT_FIBERS=1" : "WEFT_FIBERS=0";
   }
+  char go_path[4096], go_why[256];
+  bool have_go = wb_go_find("weft-go-sleep", go_path, sizeof go_path, go_why, sizeof go_why) == 0;
+  if (!have_go) fprintf(stderr, "weft-bench embroidery: go: skipped: %s\n", go_why);
+  int nruns = have_go ? NRUNS : GO_CORES;
   int exit_code = WB_EXIT_OK;
-  int rc = wb_sleep_children(runs, NRUNS, repeat, SAMPLE_MS);
+  int rc = wb_sleep_children(runs, (size_t)nruns, repeat, SAMPLE_MS);
   if (rc < 0) {
     fprintf(stderr, "weft-bench embroidery: %s\n", strerror(-rc));
     exit_code = WB_EXIT_FAIL;
   }
-  for (int i = 0; i < NRUNS; i++)
+  for (int i = 0; i < nruns; i++)
     if (runs[i].failed || runs[i].n == 0) exit_code = WB_EXIT_FAIL;
-  if (!json) print_report(runs, cores, full, repeat);
-  for (int i = 0; i < NRUNS && json; i++) {
+  if (!json) print_report(runs, cores, full, repeat, have_go, go_why);
+  for (int i = 0; i < nruns && json; i++) {
     char *mcmd = NULL;
     if (measure_command(&runs[i], repeat, &mcmd) < 0) {
       exit_code = WB_EXIT_FAIL;
@@ -242,7 +289,11 @@ int wb_cmd_embroidery(int argc, char **argv) {
     json_value *rec = wb_sleep_aggregate(&runs[i], command);
     int wrc = rec ? 0 : -ENOMEM;
     if (wrc == 0) wrc = json_set_str(rec, "bench", "embroidery");
-    if (wrc == 0) wrc = json_set_str(rec, "backend", i < FB_CORES ? "weft-fibers" : "weft-fallback");
+    if (wrc == 0)
+      wrc = json_set_str(rec, "backend",
+                         i >= GO_CORES  ? "go"
+                         : i < FB_CORES ? "weft-fibers"
+                                        : "weft-fallback");
     if (wrc == 0) wrc = json_set_bool(rec, "full", full);
     if (wrc == 0) wrc = json_set_str(rec, "measure_command", mcmd);
     if (wrc == 0 && i == FB_1000 && !full) {

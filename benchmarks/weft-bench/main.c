@@ -19,10 +19,13 @@ static const char main_help[] =
     "Reproducible benchmarks of weft (parallel map and futures for C).\n"
     "\n"
     "Commands:\n"
-    "  sleep       N jobs that each sleep, on weft, OpenMP, one thread per job or\n"
-    "              sequentially: wall time, OS threads, peak RSS\n"
+    "  sleep       N jobs that each sleep, on weft, OpenMP, one thread per job,\n"
+    "              sequentially or on Go goroutines: wall time, OS threads, peak RSS,\n"
+    "              jobs in flight, CPU time, page faults\n"
     "  embroidery  the embroidery write-up's experiment: jobs = cores and 1000 x cores\n"
-    "              sleeping 1 s, weft with fibers against its fallback\n"
+    "              sleeping 1 s, weft with fibers against its fallback and Go\n"
+    "  spawn       what starting an empty task and waiting for it costs: weft futures\n"
+    "              (from a fiber and from a thread), an empty blocking pmap, goroutines\n"
     "  gpars       the GPars write-up's experiment: what a parallel map costs per call\n"
     "              (math, files, http) against sequential code\n"
     "  http        R HTTP GETs, C in flight, by one client on fibers, on OpenMP and on a\n"
@@ -44,9 +47,10 @@ static const struct {
   int (*run)(int, char **);
   bool uses_weft; /* shut weft's runtime down afterwards */
 } commands[] = {
-    {"sleep", wb_cmd_sleep, true}, {"embroidery", wb_cmd_embroidery, false},
-    {"gpars", wb_cmd_gpars, true}, {"http", wb_cmd_http, true},
-    {"echo", wb_cmd_echo, true},   {"compare", wb_cmd_compare, false},
+    {"sleep", wb_cmd_sleep, true},      {"embroidery", wb_cmd_embroidery, false},
+    {"gpars", wb_cmd_gpars, true},      {"spawn", wb_cmd_spawn, true},
+    {"http", wb_cmd_http, true},        {"echo", wb_cmd_echo, true},
+    {"compare", wb_cmd_compare, false},
 };
 
 int main(int argc, char **argv) {

@@ -2,8 +2,9 @@
  * This file contains what weft-bench measures about its own process: the
  * cores it may use (the affinity mask, not the machine's CPU count: under
  * taskset or a container's cpuset that is what weft sizes itself by), its
- * OS threads (/proc/self/task), its peak resident set (VmHWM), and the
- * sampler thread that counts the threads in the middle of a run.
+ * OS threads (/proc/self/task), its peak resident set (VmHWM), its CPU time
+ * and minor page faults (getrusage), and the sampler thread that counts the
+ * threads in the middle of a run.
  */
 /* sched_getaffinity and CPU_COUNT are GNU extensions: Linux first. */
 #define _GNU_SOURCE 1
@@ -15,6 +16,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +64,21 @@ int64_t wb_peak_rss_kb(void) {
   }
   fclose(f);
   return kb;
+}
+
+wb_usage wb_usage_now(void) {
+  wb_usage u = {0, 0, 0};
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return u;
+  u.user_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6;
+  u.sys_s = (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+  u.minflt = ru.ru_minflt;
+  return u;
+}
+
+wb_usage wb_usage_since(wb_usage after, wb_usage before) {
+  wb_usage d = {after.user_s - before.user_s, after.sys_s - before.sys_s, after.minflt - before.minflt};
+  return d;
 }
 
 int64_t wb_now_ns(void) {
