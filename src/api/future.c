@@ -213,6 +213,7 @@ static void fiber_done(weft__fiber *fb) { release(fb->arg); }
 static void fiber_nostack(weft__fiber *fb) {
   weft_future *f = fb->arg;
   atomic_store_explicit(&f->on_cpu, true, memory_order_relaxed);
+  memset(&f->job, 0, sizeof f->job);
   f->job.run = job_run;
   if (weft__cpu_submit(&f->job) == 0) return;
   drop_pending(f, F_FAILED);
@@ -225,11 +226,21 @@ static const weft__fiber_ops fiber_ops = {fiber_entry, fiber_done, fiber_nostack
 
 int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **out) {
   if (!fn || !out || (kind != WEFT_CPU && kind != WEFT_BLOCKING)) return -EINVAL;
-  weft_future *f = weft__malloc_aligned(WEFT__CACHELINE, sizeof *f);
+  /*
+   * Plain malloc, from glibc's per-thread cache: posix_memalign never comes
+   * from it (a quarter of a spawn + join), and neither does calloc, which
+   * the compiler makes of malloc + memset; so the fields are set one by one
+   * and only the record of the path taken (fiber or job) is cleared.
+   */
+  weft_future *f = weft__malloc(sizeof *f);
   if (!f) return -ENOMEM;
-  memset(f, 0, sizeof *f);
   atomic_init(&f->state, F_PENDING);
   atomic_init(&f->refs, 2);
+  atomic_init(&f->on_cpu, false);
+  f->cancel_requested = false;
+  f->result = NULL;
+  f->waiters.head = f->waiters.tail = NULL;
+  f->run_tc = NULL;
   f->fn = fn;
   f->arg = arg;
   f->scope = weft__tctx_self()->scope;
@@ -249,6 +260,7 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
     rc = weft__fiber_spawn(&f->fiber);
   } else {
     atomic_init(&f->on_cpu, true);
+    memset(&f->job, 0, sizeof f->job);
     f->job.run = job_run;
     rc = weft__cpu_submit(&f->job);
   }

@@ -816,13 +816,25 @@ static weft__fiber *take_global(weft__carrier *c) {
 }
 
 /* Take half of another carrier's unstarted fibers. */
-static weft__fiber *steal(weft__carrier *c) {
+/*
+ * Take half of another carrier's unstarted fibers. A victim's only unstarted
+ * fiber is left alone unless `lone` is set: it is most likely the future
+ * that the fiber which started it is about to wait for, which its own
+ * carrier then runs at once, with no cache line crossing (Go's runqgrab
+ * waits a few microseconds before it steals a running P's runnext, for the
+ * same reason). The spin below comes back for it after SPIN_LONE_NS, so a
+ * fiber that starts a future and goes on computing still gets it started
+ * elsewhere. (A carrier never sleeps with fibers on its own spawn queue.)
+ */
+static weft__fiber *steal(weft__carrier *c, bool lone) {
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   unsigned start =
       (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
   for (unsigned k = 0; k < n; k++) {
     weft__carrier *v = rt.carriers[(start + k) % n];
-    if (v == c || atomic_load_explicit(&v->spawn_len, memory_order_relaxed) == 0) continue;
+    size_t len = v == c ? 0 : atomic_load_explicit(&v->spawn_len, memory_order_relaxed);
+    if (len == 0) continue;
+    if (len == 1 && !lone) continue;
     weft__lock_acquire(&v->spawn_lock);
     weft__fq got = fq_take(&v->spawn, (v->spawn.len + 1) / 2);
     atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
@@ -837,6 +849,68 @@ static weft__fiber *steal(weft__carrier *c) {
       weft__lock_release(&c->spawn_lock);
     }
     return f;
+  }
+  return NULL;
+}
+
+/*
+ * Before a carrier that found no work sleeps, it spins for SPIN_NS, longer
+ * while it sees work come and go (Go's spinning M). A waker skips the
+ * eventfd write while a carrier spins (wake_idle), so a program that starts
+ * a fiber and waits for it, again and again, pays no system call and no
+ * thread wake-up per fiber; one that goes idle pays SPIN_NS of CPU once. A
+ * carrier with descriptors to watch does not spin: readiness reaches it
+ * only through epoll.
+ */
+#define SPIN_NS      (20 * 1000)
+#define SPIN_LONE_NS (3 * 1000) /* how long a victim's only fiber is left to its own carrier (steal) */
+
+static bool spin_sees_work(weft__carrier *c) {
+  if (atomic_load_explicit(&c->inbox_len, memory_order_relaxed) ||
+      atomic_load_explicit(&c->spawn_len, memory_order_relaxed) ||
+      atomic_load_explicit(&rt.gq_len, memory_order_relaxed) ||
+      atomic_load_explicit(&rt.nsources, memory_order_relaxed))
+    return true;
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (rt.carriers[i] != c && atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed) > 1)
+      return true;
+  return false;
+}
+
+/* Is there a victim with only one unstarted fiber? (steal leaves those alone at first.) */
+static bool spin_sees_lone(weft__carrier *c) {
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (rt.carriers[i] != c && atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed) == 1)
+      return true;
+  return false;
+}
+
+/* Spin for work; returns a stolen lone fiber, or NULL (the caller looks again, or sleeps). */
+static weft__fiber *spin(weft__carrier *c, int64_t next_timer) {
+  if (weft__poller_busy(&c->poller) || weft__uring_busy(&c->poller)) return NULL;
+  int64_t now = weft_now_ns(), until = now + SPIN_NS, lone_since = 0;
+  if (next_timer >= 0 && next_timer < until) until = next_timer;
+  while (now < until) {
+    for (int i = 0; i < 32; i++) weft__cpu_relax();
+    if (spin_sees_work(c)) {
+      c->spin_found = true;
+      return NULL;
+    }
+    now = weft_now_ns();
+    if (spin_sees_lone(c)) {
+      if (!lone_since) lone_since = now;
+      if (now - lone_since >= SPIN_LONE_NS) {
+        weft__fiber *f = steal(c, true);
+        if (f) return f;
+        lone_since = 0;
+      }
+      until = now + SPIN_NS; /* activity: keep spinning */
+    } else {
+      lone_since = 0;
+    }
+    if (atomic_load(&rt.exit)) return NULL;
   }
   return NULL;
 }
@@ -919,12 +993,17 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     atomic_fetch_add(&rt.nspinning, 1);
     f = pull_source(c, true);
     if (!f) f = take_global(c);
-    if (!f) f = steal(c);
+    if (!f) f = steal(c, false);
+    if (!f && !atomic_load(&rt.exit)) f = spin(c, next_timer);
     atomic_fetch_sub(&rt.nspinning, 1);
     if (f) {
       /* There may be more where this came from: let another idle carrier look. */
       if (atomic_load_explicit(&rt.gq_len, memory_order_relaxed) || c->spawn_len) wake_idle(c);
       return f;
+    }
+    if (c->spin_found) {
+      c->spin_found = false;
+      continue;
     }
     if (c->yielded.head) {
       fq_splice(&c->ready, &c->yielded);

@@ -47,6 +47,7 @@ typedef struct weft__carrier {
   int after;                    /* WEFT__AFTER_* of the fiber that just switched back */
   uint64_t tick;                /* scheduling rounds, for fairness */
   uint64_t rand;                /* steal-victim choice */
+  bool spin_found;              /* the idle spin saw work appear: look again before sleeping */
   uint64_t id_next, id_end;     /* fiber ids: a block taken from rt.next_id at a time */
   atomic_uint_fast64_t started; /* fibers started here (stats; written by the owner only) */
   size_t homed;                 /* started fibers whose home this is */
