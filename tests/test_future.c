@@ -21,18 +21,6 @@
 
 #include <unistd.h>
 
-/* AddressSanitizer: GCC 12's allocator is not fork-safe in a threaded process. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
-#ifndef TEST_ASAN
-#define TEST_ASAN 0
-#endif
-
 static const weft_kind kinds[] = {WEFT_CPU, WEFT_BLOCKING};
 
 /* --- asynchronous start ------------------------------------------------------------ */
@@ -405,7 +393,7 @@ static void churn_child(void *arg) {
 }
 
 static void test_fork_while_churning(void) {
-  if (weft_test_qemu() || weft_test_slow_env() || TEST_ASAN) {
+  if (weft_test_qemu() || weft_test_slow_env() || WEFT_TEST_ASAN) {
     /* qemu-user cannot fork a threaded guest; TSan refuses threads in such a child; GCC's ASan allocator is
      * not fork-safe (docs/reliability.md). */
     printf("\n    skipped: this configuration cannot fork a busy threaded process");

@@ -287,8 +287,10 @@ static struct {
   /* process_madvise on ourselves: a pidfd of this process (reopened after fork), or -1. */
   int pidfd;
   pid_t pidfd_pid;
-  int vec_state; /* 0 untried, 1 works, -1 refused (ENOSYS, EINVAL, EPERM): per advice below */
-  int vec_state_dontneed;
+  /* 0 untried, 1 works, -1 refused (ENOSYS, EINVAL, EPERM), per advice: relaxed (a hint each thread may
+   * learn for itself). */
+  atomic_int vec_state;
+  atomic_int vec_state_dontneed;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -402,14 +404,15 @@ static int self_pidfd_locked(void) {
  * ranges, from the first, were advised; the caller handles the rest one by
  * one. errno is preserved.
  */
-static size_t advise_ranges(struct iovec *v, size_t n, int advice, int *state) {
+static size_t advise_ranges(struct iovec *v, size_t n, int advice, atomic_int *state) {
   int saved = errno;
   size_t done = 0;
+  if (atomic_load_explicit(state, memory_order_relaxed) < 0) return 0;
   pthread_mutex_lock(&pool.lock);
-  int fd = *state >= 0 ? self_pidfd_locked() : -1;
+  int fd = self_pidfd_locked();
   pthread_mutex_unlock(&pool.lock);
 #ifdef SYS_process_madvise
-  while (fd >= 0 && *state >= 0 && done < n) {
+  while (fd >= 0 && done < n) {
     size_t k = n - done > 1024 ? 1024 : n - done; /* UIO_MAXIOV */
     long r;
     if (weft__fault(WEFT__F_MADVISE)) {
@@ -419,10 +422,11 @@ static size_t advise_ranges(struct iovec *v, size_t n, int advice, int *state) {
       r = syscall(SYS_process_madvise, fd, v + done, k, advice, 0u);
     }
     if (r < 0) {
-      if (errno == ENOSYS || errno == EINVAL || errno == EPERM || errno == EBADF) *state = -1;
+      if (errno == ENOSYS || errno == EINVAL || errno == EPERM || errno == EBADF)
+        atomic_store_explicit(state, -1, memory_order_relaxed);
       break;
     }
-    *state = 1;
+    atomic_store_explicit(state, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool.guard_calls, advice == MADV_GUARD_INSTALL, memory_order_relaxed);
     /* r bytes were advised, in vector order: count the whole ranges. */
     size_t bytes = (size_t)r, whole = 0;
