@@ -394,14 +394,18 @@ static int spread_fn(void *ctx, size_t i) {
   return 0;
 }
 
+/* Every carrier takes part. One of five tries must show it: a carrier that the kernel does not run for a
+ * few milliseconds (another process on its CPU) rightly has its share taken by the others. */
 static void test_balance(void) {
   if (!weft_test_fibers_expected() || weft_test_cpus() < 2) return;
-  spread s;
-  memset(&s, 0, sizeof s);
-  unsigned n = weft_test_cpus();
-  CU_ASSERT_EQUAL(weft_pmap(64 * n, spread_fn, &s, &blocking), 0);
-  unsigned used = 0;
-  for (unsigned i = 0; i < n && i < 64; i++) used += atomic_load(&s.per_carrier[i]) > 0;
+  unsigned n = weft_test_cpus(), used = 0;
+  for (int k = 0; k < 5 && used < n; k++) {
+    spread s;
+    memset(&s, 0, sizeof s);
+    CU_ASSERT_EQUAL(weft_pmap(64 * n, spread_fn, &s, &blocking), 0);
+    used = 0;
+    for (unsigned i = 0; i < n && i < 64; i++) used += atomic_load(&s.per_carrier[i]) > 0;
+  }
   CU_ASSERT_EQUAL(used, n);
 }
 

@@ -139,37 +139,59 @@ static int spread_map(spread *s) { return weft_pmap(256 * weft_test_cpus(), spre
 
 static void *spread_on_fiber(void *arg) { return (void *)(intptr_t)spread_map(arg); }
 
-static void check_spread(const char *from, spread *s, int rc) {
-  CU_ASSERT_EQUAL(rc, 0);
-  unsigned used = carriers_used(s);
-  CU_ASSERT(used > 1);
-  if (used <= 1) printf("\n  a map started from %s ran on %u carrier(s)", from, used);
-}
+enum { FROM_THREAD, FROM_FIBER, FROM_TASK };
+static const char *const from_names[] = {"a plain thread", "a fiber", "an OpenMP task"};
 
-static void test_spread_from_everywhere(void) {
-  if (!weft_test_fibers_expected() || weft_test_cpus() < 2) return;
+/* One map started from `from`; the number of carriers its elements ran on (0 on an error). */
+static unsigned spread_once(int from) {
   spread s;
-  /* From a plain thread. */
-  memset(&s, 0, sizeof s);
-  check_spread("a plain thread", &s, spread_map(&s));
-  /* From a fiber (a blocking future): the caller parks, its carrier joins in. */
-  memset(&s, 0, sizeof s);
-  weft_future *f;
-  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, spread_on_fiber, &s, &f), 0);
-  void *r = (void *)1;
-  CU_ASSERT_EQUAL(weft_future_get(f, -1, &r), 0);
-  weft_future_free(f);
-  check_spread("a fiber", &s, (int)(intptr_t)r);
-#ifdef WEFT_HAVE_OPENMP
-  /* From an OpenMP task. */
   memset(&s, 0, sizeof s);
   int rc = -1;
+  if (from == FROM_THREAD) {
+    rc = spread_map(&s);
+  } else if (from == FROM_FIBER) {
+    /* A blocking future: the caller parks, its carrier joins in. */
+    weft_future *f;
+    if (weft_future_start(WEFT_BLOCKING, spread_on_fiber, &s, &f) != 0) return 0;
+    void *r = (void *)1;
+    if (weft_future_get(f, -1, &r) == 0) rc = (int)(intptr_t)r;
+    weft_future_free(f);
+  } else {
+#ifdef WEFT_HAVE_OPENMP
 #pragma omp parallel num_threads(2)
 #pragma omp single
 #pragma omp task shared(s, rc)
-  rc = spread_map(&s);
-  check_spread("an OpenMP task", &s, rc);
+    rc = spread_map(&s);
 #endif
+  }
+  CU_ASSERT_EQUAL(rc, 0);
+  return rc == 0 ? carriers_used(&s) : 0;
+}
+
+/*
+ * Each way of calling spreads the elements over the carriers. A carrier
+ * that the kernel does not run for a few milliseconds (another process on
+ * its CPU) has its share taken by the others, rightly, so one map alone can
+ * end up on one carrier on a loaded machine: a way passes when one of five
+ * tries spreads, which a map that starts everything on one carrier never
+ * does.
+ */
+static void test_spread_from_everywhere(void) {
+  if (!weft_test_fibers_expected() || weft_test_cpus() < 2) return;
+  int ways = 2;
+#ifdef WEFT_HAVE_OPENMP
+  ways = 3;
+#endif
+  for (int from = 0; from < ways; from++) {
+    unsigned best = 0;
+    for (int k = 0; k < 5 && best < 2; k++) {
+      unsigned used = spread_once(from);
+      if (used > best) best = used;
+    }
+    CU_ASSERT(best > 1);
+    if (best <= 1)
+      printf("\n  maps started from %s ran on %u carrier(s), five times", from_names[from], best);
+  }
 }
 
 /* --- memory back after a burst ------------------------------------------------------------------- */

@@ -1285,7 +1285,11 @@ static agent *agent_new(ag_kind kind, rel_rng *round_rng, unsigned round, unsign
   int i = atomic_load(&g_nagents);
   if (i >= MAX_AGENTS) return NULL;
   agent *a = &g_agents[i];
+  /* The watchdog reads the slots' progress under wd_mu: a slot of the last round is reset under it too
+   * (ThreadSanitizer saw the reset race with a read of a stale count). */
+  pthread_mutex_lock(&wd_mu);
   memset(a, 0, sizeof *a);
+  pthread_mutex_unlock(&wd_mu);
   a->id = i;
   a->kind = kind;
   snprintf(a->name, sizeof a->name, "%s#%d", ag_kind_names[kind], i);
