@@ -128,7 +128,8 @@
  *
  * Valgrind: each stack is registered (VALGRIND_STACK_REGISTER) while its
  * chunk is mapped, so that a switch onto it is not taken for a huge stack
- * frame. AddressSanitizer: a freed stack's usable range is unpoisoned,
+ * frame, and marked addressable (undefined) when handed out again.
+ * AddressSanitizer: a freed stack's usable range is unpoisoned,
  * because the frames of a fiber that switched away for good never return and
  * leave their redzones poisoned.
  *
@@ -149,6 +150,7 @@
 #include <unistd.h>
 
 #ifdef WEFT_HAVE_VALGRIND_H
+#include <valgrind/memcheck.h>
 #include <valgrind/valgrind.h>
 #endif
 #ifdef WEFT_ASAN
@@ -1138,6 +1140,12 @@ int weft__stack_alloc(void **base, size_t *size, void **cookie) {
   }
   count_in_use(t, 1);
   s->dirty = 1;
+#ifdef WEFT_HAVE_VALGRIND_H
+  /* A stack handed out is addressable from its base to its top: the last fiber's frames were popped from
+   * it (memcheck marks what lies below a stack pointer that moved up as no longer addressable), and the
+   * scheduler may write a fiber's record and first frame anywhere near the top. */
+  VALGRIND_MAKE_MEM_UNDEFINED(slot_base(s), pool.size);
+#endif
   *base = slot_base(s);
   *size = pool.size;
   *cookie = s;
