@@ -220,7 +220,7 @@ static void fiber_nostack(weft__fiber *fb) {
   release(f);
 }
 
-static const weft__fiber_ops fiber_ops = {fiber_entry, fiber_done, fiber_nostack};
+static const weft__fiber_ops fiber_ops = {fiber_entry, fiber_done, fiber_nostack, "future"};
 
 /* --- the public calls ------------------------------------------------------ */
 
@@ -299,6 +299,7 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
 
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_FUTURE, f);
   weft__lock_acquire(&f->lock);
   s = atomic_load_explicit(&f->state, memory_order_acquire);
   if (s >= F_DONE) {

@@ -185,6 +185,7 @@ static void gang_entry(weft__fiber *f) {
   int got;
   while ((got = gang_claim(g, home, &i)) > 0) {
     f->flags &= ~(uint32_t)WEFT__FIBER_BLOCKED;
+    atomic_store_explicit(&f->tag, i, memory_order_relaxed); /* for dumps: which element */
     int rc = g->r.fn(g->r.ctx, i);
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(&g->r, i, rc);
     if (f->flags & WEFT__FIBER_BLOCKED) {
@@ -202,7 +203,7 @@ static void gang_done(weft__fiber *f) {
 
 static void gang_nostack(weft__fiber *f) { (void)f; /* never called: a clone exists only with a stack */ }
 
-static const weft__fiber_ops gang_fiber_ops = {gang_entry, gang_done, gang_nostack};
+static const weft__fiber_ops gang_fiber_ops = {gang_entry, gang_done, gang_nostack, "pmap element"};
 static const weft__source_ops gang_source_ops = {gang_reserve, gang_wants, gang_unreserve};
 
 /* What a starved gang left, run on the CPU path: indices [lo, hi) of one slice, errors kept in the gang. */
@@ -242,6 +243,7 @@ int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel
   }
   weft__waiter w;
   weft__waiter_init(&w, false);
+  weft__waiter_on(&w, WEFT__WAIT_MAP, &g);
   g.w = &w;
   g.src.ops = &gang_source_ops;
   g.src.fiber_ops = &gang_fiber_ops;

@@ -21,6 +21,7 @@ int weft_sleep_until(int64_t deadline_ns) {
   if (deadline_ns < 0) return -EINVAL;
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_SLEEP, NULL);
   /* Nobody wakes a sleeper: it ends by its deadline, or by cancellation. */
   uint32_t st = weft__waiter_wait(&w, deadline_ns);
   return st == WEFT__W_CANCELED ? -ECANCELED : 0;

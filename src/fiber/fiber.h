@@ -24,6 +24,7 @@ typedef struct weft__fiber_ops {
   void (*entry)(struct weft__fiber *f);
   void (*done)(struct weft__fiber *f);
   void (*nostack)(struct weft__fiber *f);
+  const char *what; /* what started it, for dumps: "future", "pmap element" */
 } weft__fiber_ops;
 
 /*
@@ -50,10 +51,32 @@ typedef struct weft__fiber {
   struct weft__fiber *tprev;
   weft__waiter *timer_waiter; /* resolved TIMEDOUT when the timer fires */
   uint32_t flags;             /* WEFT__FIBER_* */
-  void *san_fake_stack;       /* AddressSanitizer's fake-stack handle across a switch */
-  void *san_tsan_fiber;       /* ThreadSanitizer's fiber handle */
-  weft__tctx tc;              /* cancellation, scope and locals of the work it runs */
+  /*
+   * For dumps (weft_dump, the gdb extension): written by the fiber or its
+   * carrier with relaxed stores, read by a dumping thread with relaxed
+   * loads (a snapshot: a value may be a moment old).
+   */
+  struct weft__fiber *reg_next; /* the home carrier's list of its started fibers: its reg_lock */
+  struct weft__fiber *reg_prev;
+  _Atomic uint8_t state;          /* WEFT__FS_* */
+  _Atomic uint8_t wait_kind;      /* WEFT__WAIT_* (sync/wait.h) while parked, else NONE */
+  _Atomic(const void *) wait_obj; /* the object waited on */
+  _Atomic int64_t wait_deadline;  /* its deadline: -1 none */
+  _Atomic int64_t wait_since;     /* when the wait began (the coarse clock) */
+  _Atomic uint64_t tag;           /* the owner's: the index of the map element it runs */
+  atomic_bool dump_pin;           /* a dump reads its stack: its carrier does not resume it meanwhile */
+  void *san_fake_stack;           /* AddressSanitizer's fake-stack handle across a switch */
+  void *san_tsan_fiber;           /* ThreadSanitizer's fiber handle */
+  weft__tctx tc;                  /* cancellation, scope and locals of the work it runs */
 } weft__fiber;
+
+/* A fiber's state, as a dump shows it. */
+enum {
+  WEFT__FS_QUEUED = 0, /* not started: no stack yet */
+  WEFT__FS_RUNNABLE,   /* started, in a run queue */
+  WEFT__FS_RUNNING,    /* on its carrier now */
+  WEFT__FS_PARKED,     /* waiting (wait_kind says for what) */
+};
 
 enum {
   WEFT__FIBER_STARTED = 1u << 0,     /* has a stack and a home; may no longer move */
@@ -179,6 +202,23 @@ void weft__fiber_park(void);
 
 /* Make a parked fiber runnable again; from any thread, exactly once per park. */
 void weft__fiber_ready(weft__fiber *f);
+
+/*
+ * A clock for dumps, updated every few milliseconds while carriers run (by
+ * the pinning monitor), so that a park does not read the time.
+ */
+extern _Atomic int64_t weft__coarse_now;
+
+/* The calling fiber f is about to wait for (kind, obj) until deadline, or is done waiting (NONE). */
+static inline void weft__fiber_waits(weft__fiber *f, unsigned kind, const void *obj, int64_t deadline) {
+  atomic_store_explicit(&f->wait_kind, (uint8_t)kind, memory_order_relaxed);
+  if (kind == 0) return;
+  atomic_store_explicit(&f->wait_obj, obj, memory_order_relaxed);
+  atomic_store_explicit(&f->wait_deadline, deadline, memory_order_relaxed);
+  atomic_store_explicit(&f->wait_since, atomic_load_explicit(&weft__coarse_now, memory_order_relaxed),
+                        memory_order_relaxed);
+  atomic_store_explicit(&f->state, WEFT__FS_PARKED, memory_order_relaxed);
+}
 
 /* Put the calling fiber at the back of its carrier's queue and switch away. */
 void weft__fiber_yield(void);

@@ -58,6 +58,7 @@ static void timed_wait(int64_t ns) {
 /* One look at every carrier: flag pinned ones, compensate; returns whether any ran a fiber. */
 static bool look(int64_t threshold_ns) {
   int64_t now = weft_now_ns();
+  atomic_store_explicit(&weft__coarse_now, now, memory_order_relaxed); /* for the waits dumps show */
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   size_t pinned = 0;
   bool busy = false, retired = false;
@@ -147,6 +148,8 @@ void weft__monitor_stop(void) {
 }
 
 void weft__monitor_kick(void) {
+  /* The monitor slept: its clock for dumps is stale by as much. */
+  atomic_store_explicit(&weft__coarse_now, weft_now_ns(), memory_order_relaxed);
   pthread_mutex_lock(&rt.monitor_mu);
   if (atomic_load(&rt.monitor_parked)) pthread_cond_signal(&rt.monitor_cv);
   pthread_mutex_unlock(&rt.monitor_mu);

@@ -101,11 +101,10 @@
  * eventfd while one spins: a fiber that starts a future and waits for it,
  * in a loop, then costs no system call and no thread wake-up per future.
  * A carrier watching descriptors does not spin (their readiness arrives
- * through epoll only); an idle runtime spins once, then sleeps. What this cannot fix is a carrier whose started
- * fibers all want the CPU at once: they share that carrier. A carrier that a
- * fiber blocks for long (a plain sleep(), a blocking read) is detected by the
- * pinning monitor (monitor.c), which starts a temporary extra carrier that
- * takes the unstarted work.
+ * through epoll only); an idle runtime spins once, then sleeps. What this cannot fix is a carrier whose
+ * started fibers all want the CPU at once: they share that carrier. A carrier that a fiber blocks for long (a
+ * plain sleep(), a blocking read) is detected by the pinning monitor (monitor.c), which starts a temporary
+ * extra carrier that takes the unstarted work.
  *
  * ==== OpenMP and fibers ======================================================
  *
@@ -257,15 +256,35 @@ void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg) 
   weft__tctx_init(&f->tc);
 }
 
-void weft__fiber_get_stats(weft__fiber_stats *out) {
-  out->live = atomic_load(&rt.live);
-  uint64_t started = atomic_load_explicit(&rt.started_gone, memory_order_relaxed);
+_Atomic int64_t weft__coarse_now;
+
+static void counters_add(weft__carrier_counters *to, const weft__carrier_counters *c) {
+#define ADD(f) weft__count(&to->f, atomic_load_explicit(&c->f, memory_order_relaxed))
+  ADD(started);
+  ADD(finished);
+  ADD(parks);
+  ADD(yields);
+  ADD(steals);
+  ADD(sleeps);
+  ADD(polls);
+#undef ADD
+}
+
+/* Sum of every carrier's counters, those of carriers already freed included. Under no lock: a snapshot. */
+static void counters_sum(weft__carrier_counters *out) {
+  memset(out, 0, sizeof *out);
+  counters_add(out, &rt.gone);
   unsigned n = weft__fibers_running() ? atomic_load_explicit(&rt.ncarriers, memory_order_acquire) : 0;
-  for (unsigned i = 0; i < n; i++)
-    started += atomic_load_explicit(&rt.carriers[i]->started, memory_order_relaxed);
-  out->spawned = started;
+  for (unsigned i = 0; i < n; i++) counters_add(out, &rt.carriers[i]->cnt);
+}
+
+void weft__fiber_get_stats(weft__fiber_stats *out) {
+  weft__carrier_counters s;
+  counters_sum(&s);
+  out->live = atomic_load(&rt.live);
+  out->spawned = atomic_load_explicit(&s.started, memory_order_relaxed);
   out->stacks_in_use = weft__stack_in_use();
-  out->steals = atomic_load(&rt.steals);
+  out->steals = atomic_load_explicit(&s.steals, memory_order_relaxed);
 }
 
 /* --- waking idle carriers ------------------------------------------------------ */
@@ -637,6 +656,9 @@ static void report_pinned(weft__carrier *c, weft__fiber *f) {
 
 /* From the scheduler into fiber f, until it switches back. */
 static void run_fiber(weft__carrier *c, weft__fiber *f) {
+  /* A dump is reading this fiber's stack: wait for it (a few microseconds; see fiber/dump.c). */
+  while (WEFT__UNLIKELY(atomic_load_explicit(&f->dump_pin, memory_order_acquire))) weft__cpu_relax();
+  atomic_store_explicit(&f->state, WEFT__FS_RUNNING, memory_order_relaxed);
   c->current = f;
   atomic_store_explicit(&c->slice_seq, ++c->slices, memory_order_relaxed);
   if (WEFT__UNLIKELY(atomic_load_explicit(&rt.monitor_parked, memory_order_relaxed))) weft__monitor_kick();
@@ -676,6 +698,7 @@ void weft__fiber_yield(void) {
 
 void weft__fiber_ready(weft__fiber *f) {
   weft__carrier *home = f->home;
+  atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
   if (home == tls_carrier) {
     fq_push(&home->ready, f); /* the owner itself: no lock */
     return;
@@ -713,8 +736,25 @@ static void start_on(weft__carrier *c, weft__fiber *f, void *base, size_t usable
   f->san_tsan_fiber = WEFT__TSAN_CREATE();
   f->sp = weft__ctx_make(base, usable, fiber_main);
   c->homed++;
-  atomic_store_explicit(&c->started, atomic_load_explicit(&c->started, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
+  weft__count(&c->cnt.started, 1);
+  atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
+  /* On its carrier's list for dumps; only this carrier writes it, a dump takes the lock to walk it. */
+  weft__lock_acquire(&c->reg_lock);
+  f->reg_prev = NULL;
+  f->reg_next = c->reg_head;
+  if (c->reg_head) c->reg_head->reg_prev = f;
+  c->reg_head = f;
+  weft__lock_release(&c->reg_lock);
+}
+
+static void unregister(weft__carrier *c, weft__fiber *f) {
+  weft__lock_acquire(&c->reg_lock);
+  if (f->reg_prev)
+    f->reg_prev->reg_next = f->reg_next;
+  else
+    c->reg_head = f->reg_next;
+  if (f->reg_next) f->reg_next->reg_prev = f->reg_prev;
+  weft__lock_release(&c->reg_lock);
 }
 
 /* Give f a stack and a context; false (after nostack) when there is no stack to be had. */
@@ -786,12 +826,16 @@ static void after_switch(weft__carrier *c, weft__fiber *f) {
   switch (c->after) {
   case WEFT__AFTER_YIELD:
     /* Behind everything runnable, new work included (Go puts it on the global queue). */
+    weft__count(&c->cnt.yields, 1);
+    atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
     fq_push(&c->yielded, f);
     /* A fiber of a source that gives up the carrier lets the source's next element start, as a park does. */
     if (f->source) source_next(c, f, f->source);
     break;
   case WEFT__AFTER_EXIT: {
     WEFT__TSAN_DESTROY(f->san_tsan_fiber);
+    unregister(c, f);
+    weft__count(&c->cnt.finished, 1);
     c->homed--;
     void *cookie = f->stack_cookie;
     if (f->flags & WEFT__FIBER_CLONE) {
@@ -808,6 +852,7 @@ static void after_switch(weft__carrier *c, weft__fiber *f) {
     break;
   }
   default: /* parked: whoever resolves its waiter readies it */
+    weft__count(&c->cnt.parks, 1);
     if (f->source) source_next(c, f, f->source);
     break;
   }
@@ -878,7 +923,7 @@ static weft__fiber *steal(weft__carrier *c, bool lone) {
     weft__lock_release(&v->spawn_lock);
     weft__fiber *f = fq_pop(&got);
     if (!f) continue;
-    atomic_fetch_add_explicit(&rt.steals, 1 + got.len, memory_order_relaxed);
+    weft__count(&c->cnt.steals, 1 + got.len);
     if (got.len) {
       weft__lock_acquire(&c->spawn_lock);
       fq_splice(&c->spawn, &got);
@@ -989,7 +1034,10 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      */
     if (c->tick % 61 == 0) {
       /* Descriptors and ring completions of a busy carrier: look without waiting. */
-      if (weft__poller_busy(&c->poller)) weft__poller_wait(&c->poller, 0);
+      if (weft__poller_busy(&c->poller)) {
+        weft__count(&c->cnt.polls, 1);
+        weft__poller_wait(&c->poller, 0);
+      }
       fq_splice(&c->ready, &c->yielded);
       /* A busy carrier looks at the sources too, for its own share of a map (not others'). */
       if ((f = pop_spawn(c)) || (f = take_global(c)) || (f = pull_source(c, false))) return f;
@@ -1087,6 +1135,8 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       weft__poller_cancel_sleep(&c->poller);
       continue;
     }
+    weft__count(&c->cnt.polls, 1);
+    weft__count(&c->cnt.sleeps, 1);
     weft__poller_wait(&c->poller, wake_at);
   }
 }
@@ -1146,6 +1196,7 @@ static int carrier_new(unsigned id, weft__carrier **out) {
   memset(c, 0, sizeof *c);
   c->id = id;
   c->rand = 0x9E3779B97F4A7C15ull * (id + 1);
+  weft__lock_init(&c->reg_lock);
   weft__lock_init(&c->spawn_lock);
   weft__lock_init(&c->inbox_lock);
   int rc = weft__poller_init(&c->poller);
@@ -1226,7 +1277,7 @@ static void stop_carriers_locked(void) {
   pthread_mutex_lock(&rt.mu);
   atomic_store(&rt.exit, false);
   for (unsigned i = 0; i < n; i++) {
-    atomic_fetch_add_explicit(&rt.started_gone, atomic_load(&rt.carriers[i]->started), memory_order_relaxed);
+    counters_add(&rt.gone, &rt.carriers[i]->cnt);
     carrier_free(rt.carriers[i]);
     rt.carriers[i] = NULL;
   }

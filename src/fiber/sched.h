@@ -23,6 +23,24 @@ typedef struct weft__fq {
 /* What a fiber asked for when it switched to the scheduler. */
 enum { WEFT__AFTER_PARK = 0, WEFT__AFTER_YIELD, WEFT__AFTER_EXIT };
 
+/*
+ * A carrier's counters (weft_stats): each written only by its carrier, with
+ * relaxed loads and stores (no read-modify-write), summed by readers.
+ */
+typedef struct weft__carrier_counters {
+  atomic_uint_fast64_t started;  /* fibers started */
+  atomic_uint_fast64_t finished; /* fibers ended */
+  atomic_uint_fast64_t parks;    /* switches out to wait */
+  atomic_uint_fast64_t yields;
+  atomic_uint_fast64_t steals; /* unstarted fibers taken from others */
+  atomic_uint_fast64_t sleeps; /* times it slept in its poller (each ends in a wake-up) */
+  atomic_uint_fast64_t polls;  /* poller waits, sleeping or not */
+} weft__carrier_counters;
+
+static inline void weft__count(atomic_uint_fast64_t *c, uint64_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+
 typedef struct weft__carrier {
   /* --- owner only (the carrier thread) --- */
   void *sched_sp;       /* the scheduler's saved stack pointer while a fiber runs */
@@ -44,15 +62,15 @@ typedef struct weft__carrier {
   weft__fiber **heap;
   size_t heap_len, heap_cap;
   weft__fiber *toverflow;
-  int after;                    /* WEFT__AFTER_* of the fiber that just switched back */
-  uint64_t tick;                /* scheduling rounds, for fairness */
-  uint64_t rand;                /* steal-victim choice */
-  bool spin_found;              /* the idle spin saw work appear: look again before sleeping */
-  uint64_t id_next, id_end;     /* fiber ids: a block taken from rt.next_id at a time */
-  atomic_uint_fast64_t started; /* fibers started here (stats; written by the owner only) */
-  size_t homed;                 /* started fibers whose home this is */
-  void *asan_fake;              /* AddressSanitizer's fake stack of the scheduler, across a switch */
-  void *native_bottom;          /* the carrier thread's own stack, for AddressSanitizer */
+  int after;                  /* WEFT__AFTER_* of the fiber that just switched back */
+  uint64_t tick;              /* scheduling rounds, for fairness */
+  uint64_t rand;              /* steal-victim choice */
+  bool spin_found;            /* the idle spin saw work appear: look again before sleeping */
+  uint64_t id_next, id_end;   /* fiber ids: a block taken from rt.next_id at a time */
+  weft__carrier_counters cnt; /* what it did: written by the owner only, read by weft_stats */
+  size_t homed;               /* started fibers whose home this is */
+  void *asan_fake;            /* AddressSanitizer's fake stack of the scheduler, across a switch */
+  void *native_bottom;        /* the carrier thread's own stack, for AddressSanitizer */
   size_t native_size;
   void *tsan_self; /* ThreadSanitizer's handle of the carrier thread */
   unsigned id;
@@ -61,6 +79,8 @@ typedef struct weft__carrier {
   pthread_t thread;
 
   /* --- shared --- */
+  WEFT__ALIGNED_CL weft__lock reg_lock;   /* guards reg_head: the owner links and unlinks, dumps walk */
+  weft__fiber *reg_head;                  /* its started fibers, for dumps (fiber.h) */
   WEFT__ALIGNED_CL weft__lock spawn_lock; /* guards spawn */
   weft__fq spawn;                         /* unstarted fibers: owner and thieves, under spawn_lock */
   atomic_size_t spawn_len;                /* spawn.len, readable without the lock (a hint) */
@@ -106,18 +126,17 @@ typedef struct weft__rt {
   atomic_uint nsources;                       /* on the list, readable without the lock (a hint) */
   WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done, and open sources */
   atomic_bool quiesce_waiting;                /* shutdown waits for live == 0 */
-  atomic_uint_fast64_t started_gone;          /* fibers started on carriers since freed (stats) */
-  atomic_uint_fast64_t steals;
-  atomic_uint_fast64_t next_id; /* fiber ids are handed out in blocks from here */
-  pthread_t monitor;            /* the pinning monitor's thread (monitor.c) */
-  bool monitor_running;         /* under mu */
-  pthread_mutex_t monitor_mu;   /* guards monitor_stop and monitor_parked's wake-up */
-  pthread_cond_t monitor_cv;    /* the monitor sleeps here between looks */
-  bool monitor_stop;            /* under monitor_mu */
-  atomic_bool monitor_parked;   /* the monitor sleeps until a carrier runs a fiber */
-  atomic_uint nextra;           /* compensation carriers running */
-  bool warned_fewer;            /* said once that fewer carriers started */
-  bool warned_fallback;         /* said once that fibers could not start */
+  weft__carrier_counters gone;                /* the counters of carriers since freed (stats) */
+  atomic_uint_fast64_t next_id;               /* fiber ids are handed out in blocks from here */
+  pthread_t monitor;                          /* the pinning monitor's thread (monitor.c) */
+  bool monitor_running;                       /* under mu */
+  pthread_mutex_t monitor_mu;                 /* guards monitor_stop and monitor_parked's wake-up */
+  pthread_cond_t monitor_cv;                  /* the monitor sleeps here between looks */
+  bool monitor_stop;                          /* under monitor_mu */
+  atomic_bool monitor_parked;                 /* the monitor sleeps until a carrier runs a fiber */
+  atomic_uint nextra;                         /* compensation carriers running */
+  bool warned_fewer;                          /* said once that fewer carriers started */
+  bool warned_fallback;                       /* said once that fibers could not start */
 } weft__rt;
 
 extern weft__rt weft__rt_state;

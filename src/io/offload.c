@@ -272,6 +272,7 @@ int weft__offload_run(weft_task_fn fn, void *arg, void **result) {
 
   weft__waiter w;
   weft__waiter_init(&w, true); /* cancellable while queued; see the top of the file */
+  weft__waiter_on(&w, WEFT__WAIT_OFFLOAD, (const void *)(uintptr_t)fn);
   call c = {.fn = fn, .arg = arg, .caller = tc, .scope = tc->scope, .w = &w, .state = C_QUEUED};
 
   pthread_mutex_lock(&pool.mu);
@@ -305,6 +306,7 @@ int weft__offload_run(weft_task_fn fn, void *arg, void **result) {
     /* Running, and our wait was cancelled: fn runs to the end; wait for it, not cancellable. */
     weft__waiter w2;
     weft__waiter_init(&w2, false);
+    weft__waiter_on(&w2, WEFT__WAIT_OFFLOAD, (const void *)(uintptr_t)fn);
     c.w = &w2;
     pthread_mutex_unlock(&pool.mu);
     ws = weft__waiter_wait(&w2, -1);

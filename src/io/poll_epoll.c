@@ -157,6 +157,7 @@ again:;
   if ((want_rd && s->rd) || (want_wr && s->wr)) return -EBUSY;
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, want_rd ? WEFT__WAIT_READ : WEFT__WAIT_WRITE, (const void *)(intptr_t)fd);
   if (want_rd) s->rd = &w;
   if (want_wr) s->wr = &w;
   int rc = arm(p, fd, s);

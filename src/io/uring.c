@@ -143,6 +143,7 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
   uop op;
   memset(&op, 0, sizeof op);
   weft__waiter_init(&op.w, true);
+  weft__waiter_on(&op.w, WEFT__WAIT_FILE, NULL);
   op.fiber = op.w.fiber;
   /* Two SQEs when there is a deadline: make sure both fit before taking either. */
   if (io_uring_sq_space_left(&r->ring) < 2) io_uring_submit(&r->ring);

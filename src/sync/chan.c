@@ -160,6 +160,7 @@ int weft_chan_send(weft_chan_t *ch, const void *elem, int64_t deadline_ns) {
   }
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_CHAN_SEND, ch);
   w.data = (void *)(uintptr_t)elem; /* only read, by the receiver that claims w */
   weft__waitlist_push(&ch->sendq, &w);
   weft__lock_release(&ch->lock);
@@ -210,6 +211,7 @@ int weft_chan_recv(weft_chan_t *ch, void *elem, int64_t deadline_ns) {
   }
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_CHAN_RECV, ch);
   w.data = elem;
   weft__waitlist_push(&ch->recvq, &w);
   weft__lock_release(&ch->lock);

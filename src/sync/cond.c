@@ -73,6 +73,7 @@ int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline_ns) {
 
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_COND, c);
   weft__wordlock_acquire(&c->lock_);
   weft__waitlist l = weft__sync_list_get(&c->head_, &c->tail_);
   weft__waitlist_push(&l, &w);

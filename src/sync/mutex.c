@@ -169,6 +169,7 @@ static void lock_slow(weft_mutex_t *m) {
   bool front = false;
   for (;;) {
     weft__waiter_init(&mw.w, false);
+    weft__waiter_on(&mw.w, WEFT__WAIT_MUTEX, m);
     mw.handed = false;
     weft__wordlock_acquire(&m->lock_);
     /* One CAS takes the mutex if it came free, or announces this waiter. */

@@ -90,6 +90,7 @@ int weft_sem_wait(weft_sem_t *s, int64_t deadline_ns) {
 
   weft__waiter w;
   weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_SEM, s);
   weft__wordlock_acquire(&s->lock_);
   uint64_t v = __atomic_load_n(&s->value_, __ATOMIC_RELAXED);
   for (;;) {

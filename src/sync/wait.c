@@ -56,7 +56,13 @@ weft__fiber *weft__parkable_self(void) {
   return f;
 }
 
+const char *const weft__wait_names[WEFT__WAIT_KINDS] = {
+    "none", "other",     "sleep",     "read",   "write",   "file",    "mutex", "cond",
+    "sem",  "chan-send", "chan-recv", "future", "offload", "cpu-map", "map"};
+
 void weft__waiter_init(weft__waiter *w, bool cancellable) {
+  w->kind = WEFT__WAIT_OTHER;
+  w->obj = NULL;
   atomic_init(&w->state, WEFT__W_WAITING);
   w->cancellable = cancellable;
   w->queued = false;
@@ -94,6 +100,7 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
   }
 
   if (w->fiber) {
+    weft__fiber_waits(w->fiber, w->kind, w->obj, deadline_ns);
     /*
      * Exactly one resolve readies the fiber, so it parks exactly once, even
      * when the wait was resolved before it got here: that ready is already
@@ -123,6 +130,7 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
   }
 
 out:
+  if (w->fiber) weft__fiber_waits(w->fiber, WEFT__WAIT_NONE, NULL, 0);
   if (tc) {
     weft__lock_acquire(&tc->lock);
     tc->waiter = NULL;

@@ -29,6 +29,34 @@ enum {
   WEFT__W_CANCELED = 3,
 };
 
+/*
+ * What a wait is for, as a fiber dump shows it (weft_dump): set by the
+ * primitive with weft__waiter_on before it waits, copied into the parked
+ * fiber's record. The object is the primitive's address (or a descriptor
+ * number for I/O), never dereferenced by the dump.
+ */
+enum {
+  WEFT__WAIT_NONE = 0, /* running, or runnable */
+  WEFT__WAIT_OTHER,
+  WEFT__WAIT_SLEEP,     /* weft_sleep_ns / weft_sleep_until: until the deadline */
+  WEFT__WAIT_READ,      /* a descriptor to become readable (arg: the descriptor) */
+  WEFT__WAIT_WRITE,     /* ... writable */
+  WEFT__WAIT_FILE,      /* a regular-file operation in the carrier's io_uring */
+  WEFT__WAIT_MUTEX,     /* weft_mutex_lock */
+  WEFT__WAIT_COND,      /* weft_cond_wait */
+  WEFT__WAIT_SEM,       /* weft_sem_wait */
+  WEFT__WAIT_CHAN_SEND, /* weft_chan_send */
+  WEFT__WAIT_CHAN_RECV, /* weft_chan_recv */
+  WEFT__WAIT_FUTURE,    /* weft_future_get */
+  WEFT__WAIT_OFFLOAD,   /* weft_blocking: a call running on the offload pool */
+  WEFT__WAIT_CPU,       /* a CPU map handed to weft's OpenMP team */
+  WEFT__WAIT_MAP,       /* a blocking map's caller, for its elements */
+  WEFT__WAIT_KINDS
+};
+
+/* Their names in a dump ("sleep", "read", ...). */
+extern const char *const weft__wait_names[WEFT__WAIT_KINDS];
+
 typedef struct weft__waiter {
   _Atomic uint32_t state;    /* WEFT__W_*: leaves WAITING once, by CAS; the futex word for threads */
   bool cancellable;          /* may weft_future_cancel end this wait? */
@@ -36,8 +64,10 @@ typedef struct weft__waiter {
   struct weft__fiber *fiber; /* the waiting fiber, or NULL for an OS thread */
   struct weft__waiter *next; /* wait-list links: owned by the object's lock */
   struct weft__waiter *prev;
-  void *data;    /* for the primitive: a channel's element buffer, say */
-  uintptr_t aux; /* for the primitive: a count, a flag */
+  void *data;      /* for the primitive: a channel's element buffer, say */
+  uintptr_t aux;   /* for the primitive: a count, a flag */
+  uint8_t kind;    /* WEFT__WAIT_*: what it waits for (weft__waiter_on), for dumps */
+  const void *obj; /* the object waited on, for dumps: an address, or a descriptor number */
 } weft__waiter;
 
 /*
@@ -94,6 +124,12 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns);
 bool weft__waiter_resolve(weft__waiter *w, uint32_t to);
 
 static inline bool weft__waiter_wake(weft__waiter *w) { return weft__waiter_resolve(w, WEFT__W_WOKEN); }
+
+/* Say what w waits for (after weft__waiter_init, before the wait): a fiber dump shows it. */
+static inline void weft__waiter_on(weft__waiter *w, unsigned kind, const void *obj) {
+  w->kind = (uint8_t)kind;
+  w->obj = obj;
+}
 
 /* Map a final waiter state to weft's return value: 0, -ETIMEDOUT, -ECANCELED. */
 static inline int weft__waiter_errno(uint32_t state) {
