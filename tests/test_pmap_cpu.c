@@ -3,7 +3,10 @@
  * errors chosen deterministically, bad input, concurrent callers, and calls
  * inside OpenMP parallel regions and tasks (which must not open a nested
  * team); the per-worker slices of an automatic grain, and a worker that
- * never comes.
+ * never comes; where the cost model runs a map (issue 15): a map too small
+ * to pay for the team on the caller's thread, a large one on every worker,
+ * an explicit grain always on the team, an inner map of a busy outer one on
+ * the caller, never in a nested team.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -11,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifdef WEFT_HAVE_OPENMP
@@ -19,7 +23,13 @@
 
 #include "harness.h"
 
+#include "api/pmap.h"
+#include "cpu/cpu.h"
+#include "cpu/model.h"
+
 static const weft_pmap_opts cpu_opts = WEFT_PMAP_OPTS_INIT;
+
+static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
 
 /* --- every index exactly once ------------------------------------------------ */
 
@@ -151,7 +161,9 @@ static void test_bad_input(void) {
   o.kind = (weft_kind)-1;
   CU_ASSERT_EQUAL(weft_pmap(10, never_fn, &calls, &o), -EINVAL);
   o.kind = WEFT_CPU;
-  o.flags = 1;
+  o.flags = 1; /* reserved */
+  CU_ASSERT_EQUAL(weft_pmap(10, never_fn, &calls, &o), -EINVAL);
+  o.flags = WEFT_PMAP_EXPLAIN | 0x100u;
   CU_ASSERT_EQUAL(weft_pmap(10, never_fn, &calls, &o), -EINVAL);
   CU_ASSERT_EQUAL(weft_pmap(0, NULL, NULL, NULL), -EINVAL);
   CU_ASSERT_EQUAL(atomic_load(&calls), 0);
@@ -204,8 +216,6 @@ typedef struct team_check {
   atomic_int bad_thread; /* elements that ran on a thread outside the team */
   atomic_size_t calls;
 } team_check;
-
-static pid_t gettid_(void) { return (pid_t)syscall(SYS_gettid); }
 
 static int team_fn(void *ctx, size_t i) {
   (void)i;
@@ -364,12 +374,195 @@ static void test_slices(void) {
    * this one starts elsewhere: a few attempts make that harmless.
    */
   bool ok = false;
+  /* A call at a new site first times a few elements on the caller (the cost model): not counted. */
+  firsts warm = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  CU_ASSERT_EQUAL_FATAL(weft_pmap(1000, first_fn, &warm, NULL), 0);
   for (int attempt = 0; attempt < 5 && !ok; attempt++) {
     firsts f = {.mu = PTHREAD_MUTEX_INITIALIZER};
     CU_ASSERT_EQUAL_FATAL(weft_pmap(1000, first_fn, &f, NULL), 0);
     ok = f.n == 2 && f.first[0] + f.first[1] == 500 && (f.first[0] == 0 || f.first[1] == 0);
   }
   CU_ASSERT(ok);
+}
+#endif
+
+/* --- fork after maps only ------------------------------------------------------------ */
+
+static void child_maps(void *arg) {
+  (void)arg;
+  alarm(20); /* a hang (a region on libgomp's lost threads) ends as SIGALRM, not as a stuck test */
+  unsigned before = CU_get_number_of_failures();
+  check_once(100000, NULL);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.grain = 64;
+  check_once(100000, &o);
+  _exit(CU_get_number_of_failures() == before ? 0 : 3);
+}
+
+/*
+ * A process that has used nothing of weft but CPU maps (so weft started no
+ * thread of its own), then forks: the child's maps must still run (on
+ * weft's pool under libgomp, whose threads did not survive the fork). Run
+ * alone (its own CTest, pmap_cpu_fork) it is the first weft call of the
+ * process; within the suite it checks the same after the other tests.
+ */
+static void test_fork_after_maps(void) {
+  if (WEFT_TEST_TSAN || WEFT_TEST_ASAN || weft_test_qemu()) {
+    /* As in omp_env: a sanitizer's or qemu-user's child of a threaded process cannot start threads. */
+    printf("\n    skipped under a sanitizer or qemu-user");
+    return;
+  }
+  check_once(100000, NULL); /* a large map: the runtime's team exists now */
+  char err[512];
+  int st = weft_test_child(child_maps, NULL, err, sizeof err);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) printf("\n  child: status 0x%x, stderr: %s\n", st, err);
+  CU_ASSERT_TRUE(WIFEXITED(st));
+  CU_ASSERT_EQUAL(WEXITSTATUS(st), 0);
+  check_once(1000, NULL); /* and the parent goes on */
+}
+
+/* --- where the cost model runs a map ------------------------------------------------- */
+
+/* Where one call's elements ran: off the caller's thread, or inside a parallel region. */
+typedef struct where {
+  pid_t caller;
+  atomic_int off_caller;
+  atomic_int in_region;
+} where;
+
+/* The calling thread's id, without a system call per element (the element must stay trivial). */
+static pid_t my_tid(void) {
+  static __thread pid_t tid;
+  if (!tid) tid = gettid_();
+  return tid;
+}
+
+static int where_fn(void *ctx, size_t i) {
+  (void)i;
+  where *w = ctx;
+  if (my_tid() != w->caller) atomic_fetch_add(&w->off_caller, 1);
+#ifdef WEFT_HAVE_OPENMP
+  if (omp_get_level() != 0) atomic_fetch_add(&w->in_region, 1);
+#endif
+  return 0;
+}
+
+/*
+ * A map far too small to pay for the team runs every element on the
+ * caller's thread, outside any region. Preemption can make one timed call
+ * look long and send the next one to the team once (the model corrects it
+ * at once), so a few calls of 50 may leave the caller; a model that always
+ * forked would leave it on all 50.
+ */
+static void test_small_on_caller(void) {
+  weft__pmap_test_reset();
+  int strays = 0;
+  for (int k = 0; k < 50; k++) {
+    where w = {.caller = my_tid()};
+    CU_ASSERT_EQUAL_FATAL(weft_pmap(8, where_fn, &w, NULL), 0);
+    strays += atomic_load(&w.off_caller) + atomic_load(&w.in_region) > 0;
+  }
+  if (strays > 3) printf("\n  %d of 50 small maps left the caller\n", strays);
+  CU_ASSERT(strays <= 3);
+#ifdef WEFT_TESTING
+  CU_ASSERT(weft__pmap_test_count(-1) + weft__pmap_test_count(WEFT__WHY_SMALL) > 0);
+#endif
+}
+
+typedef struct tidset {
+  pthread_mutex_t mu;
+  pid_t seen[64];
+  int n;
+} tidset;
+
+static int spin_tid_fn(void *ctx, size_t i) {
+  (void)i;
+  tidset *t = ctx;
+  pid_t me = gettid_();
+  pthread_mutex_lock(&t->mu);
+  bool found = false;
+  for (int k = 0; k < t->n; k++) found |= t->seen[k] == me;
+  if (!found && t->n < 64) t->seen[t->n++] = me;
+  pthread_mutex_unlock(&t->mu);
+  int64_t end = weft_now_ns() + 500000; /* 0.5 ms of the wall clock, whatever the machine */
+  while (weft_now_ns() < end) {
+  }
+  return 0;
+}
+
+/* A large map (32 ms of work) uses every worker of the team. */
+static void test_large_on_every_worker(void) {
+  weft__pmap_test_reset();
+  weft__team team;
+  weft__cpu_team(&team);
+  for (int k = 0; k < 2; k++) { /* a new site (the probe), then a known one */
+    tidset t = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    CU_ASSERT_EQUAL_FATAL(weft_pmap(64, spin_tid_fn, &t, NULL), 0);
+    if (t.n != (int)team.size) printf("\n  %d threads ran the map, the team has %u\n", t.n, team.size);
+    CU_ASSERT_EQUAL(t.n, (int)team.size);
+  }
+}
+
+#ifdef WEFT_HAVE_OPENMP
+/* An explicit grain is never overridden: even two trivial elements run in a team. */
+typedef struct team_seen {
+  int want;
+  atomic_int outside; /* elements that ran outside a region, or in a team of another size */
+} team_seen;
+
+static int team_seen_fn(void *ctx, size_t i) {
+  (void)i;
+  team_seen *t = ctx;
+  if (omp_get_level() != 1 || omp_get_num_threads() != t->want) atomic_fetch_add(&t->outside, 1);
+  return 0;
+}
+
+static void test_grain_not_overridden(void) {
+  weft__pmap_test_reset();
+  team_seen t = {.want = omp_get_max_threads()};
+  if (t.want < 2) return; /* a team of one runs on the caller, as before */
+  unsigned long before = weft__pmap_test_count(-1);
+  for (int k = 0; k < 50; k++) {
+    weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+    o.grain = 1 + (size_t)k % 3;
+    CU_ASSERT_EQUAL_FATAL(weft_pmap(2, team_seen_fn, &t, &o), 0);
+  }
+  CU_ASSERT_EQUAL(atomic_load(&t.outside), 0);
+  CU_ASSERT_EQUAL(weft__pmap_test_count(-1), before); /* the model was never asked */
+}
+
+/*
+ * A map inside another map whose workers are all busy runs on the caller
+ * (the element's thread), even when it is large enough to pay for a team;
+ * and no map ever opens a nested team.
+ */
+static int inner_spin_fn(void *ctx, size_t i) {
+  (void)i;
+  if (omp_get_level() > 1) atomic_fetch_add((atomic_int *)ctx, 1);
+  int64_t end = weft_now_ns() + 20000;
+  while (weft_now_ns() < end) {
+  }
+  return 0;
+}
+
+static int outer_spin_fn(void *ctx, size_t i) {
+  (void)i;
+  return weft_pmap(64, inner_spin_fn, ctx, NULL); /* 1.3 ms of work: it would pay, alone */
+}
+
+static void test_nested_busy(void) {
+  weft__pmap_test_reset();
+  if (omp_get_max_threads() < 2) return;
+  atomic_int nested_team; /* inner elements that ran at a nesting level above 1 */
+  atomic_init(&nested_team, 0);
+  unsigned long busy = weft__pmap_test_count(WEFT__WHY_BUSY);
+  for (int k = 0; k < 3; k++) CU_ASSERT_EQUAL_FATAL(weft_pmap(16, outer_spin_fn, &nested_team, NULL), 0);
+#ifdef WEFT_TESTING
+  CU_ASSERT(weft__pmap_test_count(WEFT__WHY_BUSY) > busy); /* the decisions are counted in test builds */
+#else
+  (void)busy;
+#endif
+  CU_ASSERT_EQUAL(atomic_load(&nested_team), 0);
 }
 #endif
 
@@ -388,7 +581,12 @@ int main(int argc, char **argv) {
       {"thread_bound", test_thread_bound},
       {"absent_worker", test_absent_worker},
       {"slices", test_slices},
+      {"grain_not_overridden", test_grain_not_overridden},
+      {"nested_busy", test_nested_busy},
 #endif
+      {"fork_after_maps", test_fork_after_maps},
+      {"small_on_caller", test_small_on_caller},
+      {"large_on_every_worker", test_large_on_every_worker},
       {NULL, NULL},
   };
   return weft_test_run(argc, argv, "pmap_cpu", tests);

@@ -58,6 +58,9 @@ void weft__settings_get(weft__settings *s) {
   b = c.io_uring >= 0 ? c.io_uring : weft__env_bool("WEFT_IO_URING");
   s->io_uring = b != 0;
   s->offload_max = c.offload_max ? c.offload_max : env_unsigned("WEFT_OFFLOAD_MAX", 64);
+  /* Environment only (a diagnostic, like WEFT_TRACE_PINNED): 1 or on, 2 for every call. */
+  unsigned ex = env_unsigned("WEFT_EXPLAIN", weft__env_bool("WEFT_EXPLAIN") == 1 ? 1 : 0);
+  s->explain = ex > 2 ? 2 : ex;
 }
 
 int weft_configure(const weft_config *cfg) {

@@ -1,29 +1,48 @@
 /*
  * This file contains weft_pmap: it checks the call, then sends it down one
- * of three paths.
+ * of four paths.
  *
- *   CPU kind, or BLOCKING without fibers   the CPU backend (cpu/), on the
- *                                          calling thread's OpenMP team;
- *   the same, called on a fiber            handed to weft's OpenMP team as a
- *                                          job while the fiber parks (a
- *                                          fiber must not run OpenMP on its
- *                                          carrier thread);
- *   BLOCKING kind with fibers              one fiber per element in flight,
- *                                          each claiming indices from the
- *                                          shared range.
+ *   CPU kind, automatic grain, not on a   the cost model (cpu/model.h) picks
+ *   fiber                                 the workers: the caller alone, or a
+ *                                         fork of some or all of the team;
+ *   CPU kind with an explicit grain, or   the CPU backend (cpu/), on the
+ *   BLOCKING without fibers               calling thread's OpenMP team, every
+ *                                         worker taking part;
+ *   the same, called on a fiber           handed to weft's OpenMP team as a
+ *                                         job while the fiber parks (a
+ *                                         fiber must not run OpenMP on its
+ *                                         carrier thread);
+ *   BLOCKING kind with fibers             one fiber per element in flight,
+ *                                         each claiming indices from the
+ *                                         shared range.
  *
- * The fiber path is in pmap_fibers.c. All three share the range (cpu/range.c), which keeps the error of the
- * lowest failing index, so the result does not depend on the path or timing.
+ * The fiber path is in pmap_fibers.c. All share the range (cpu/range.c), or
+ * run the indices in order on the caller, and keep the error of the lowest
+ * failing index, so the result does not depend on the path or timing.
+ *
+ * The model's measurements live here, per calling thread (no cache line is
+ * shared between callers): a small two-way set-associative table of call
+ * sites keyed by the element function, each with its element cost, its regret and how
+ * often it is timed, and the fork-join costs of each kind of team by gap
+ * (model.h says what they mean). A known site whose last timed decision ran
+ * on the caller runs the next calls of at most that size on the caller
+ * without reading the clock, for WEFT__MODEL_SAMPLE_EVERY - 1 calls (63 when
+ * the map is under a quarter of what could ever pay for a team): the hot
+ * path of a small map is a look-up, three compares and the loop.
  */
 #include "../internal.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../cpu/cpu.h"
+#include "../cpu/model.h"
 #include "../fiber/fiber.h"
 #include "../sys.h"
 #include "../sync/wait.h"
 #include "pmap.h"
+#include "settings.h"
 
 /* --- the CPU path ---------------------------------------------------------- */
 
@@ -57,21 +76,408 @@ int weft__pmap_cpu(weft__range *r) {
   return weft__range_result(r);
 }
 
+/* --- the model's state, per calling thread ------------------------------------ */
+
+#define SITES              32      /* call sites per thread (element functions), in sets of two */
+#define SITE_TIMED_FIRST   4       /* a new site's first calls are all timed */
+#define FIRST_CHUNK_EVERY  4       /* a parallel call times the caller's first chunk once in this many */
+#define STATIC_MAX_NS      8000.0  /* a region splits a map statically when each share is this short */
+#define FORK_SAMPLE_MAX_NS 50000.0 /* a fork is a sample of the fork cost when each share is this short */
+#define FAR_SAMPLE_EVERY   64      /* one call in this many is timed when the map is far too small */
+
+typedef struct cpu_site {
+  weft_index_fn fn;  /* the key; NULL: free */
+  double elem_ns;    /* estimated cost of one element; 0: not measured yet */
+  double regret_ns;  /* the ski rental's regret (model.h) */
+  double between_ns; /* estimated time from the end of one call to the next's start */
+  int64_t last_end;  /* when the last timed call ended; 0: none */
+  size_t seq_n;      /* maps of at most this many run on the caller untimed (any kind) */
+  uint32_t period;   /* untimed calls allowed between two timed ones (7 or 63) */
+  uint32_t untimed;  /* calls since the last timed one */
+  uint32_t timed;    /* timed calls so far (saturates) */
+  uint32_t forks;    /* parallel calls so far (wraps): first-chunk sampling */
+  unsigned trials;   /* forks left to try after a warm-up (model.h) */
+} cpu_site;
+
+typedef struct cpu_model {
+  cpu_site site[SITES];
+  weft__fork_costs fork[WEFT__TEAM_KINDS]; /* measured fork-join costs of the full team, by gap */
+  int64_t last_join[WEFT__TEAM_KINDS];     /* when this thread's last fork of each kind ended */
+  unsigned forked[WEFT__TEAM_KINDS];       /* forks of each kind so far (saturates at 2) */
+} cpu_model;
+
+static __thread cpu_model tls_model;
+
+/*
+ * The site of fn: two-way set-associative, so that two element functions
+ * whose addresses collide do not evict each other at every call; a miss
+ * takes the way that has been timed less (the newer site), its record
+ * starting afresh in cpu_auto_slow.
+ */
+static inline cpu_site *site_of(cpu_model *m, weft_index_fn fn) {
+  uintptr_t h = (uintptr_t)fn;
+  h ^= h >> 5;
+  h ^= h >> 11;
+  cpu_site *a = &m->site[(h % (SITES / 2)) * 2], *b = a + 1;
+  if (WEFT__LIKELY(a->fn == fn)) return a;
+  if (b->fn == fn) return b;
+  return a->timed <= b->timed ? a : b;
+}
+
+/* Run [lo, hi) on the caller, in order; the first (lowest) nonzero result, or 0. Every element runs. */
+static int run_here(weft_index_fn fn, void *ctx, size_t lo, size_t hi) {
+  int err = 0;
+  for (size_t i = lo; i < hi; i++) {
+    int rc = fn(ctx, i);
+    if (WEFT__UNLIKELY(rc != 0) && err == 0) err = rc;
+  }
+  return err;
+}
+
+/* --- EXPLAIN ------------------------------------------------------------------------ */
+
+/* WEFT_EXPLAIN, read once: 0 off, 1 once per site and decision, 2 every call. */
+static atomic_int explain_env = -1;
+
+static int explain_setting(void) {
+  int v = weft__load_relaxed(&explain_env);
+  if (WEFT__LIKELY(v >= 0)) return v;
+  weft__settings s;
+  weft__settings_get(&s);
+  weft__store_relaxed(&explain_env, (int)s.explain);
+  return (int)s.explain;
+}
+
+/* Which (site, decision) pairs were explained already (WEFT_EXPLAIN=1). */
+static pthread_mutex_t explained_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  const void *pc;
+  unsigned workers;
+  unsigned why;
+} explained[256];
+static unsigned explained_n;
+
+static bool explain_first_time(const void *pc, unsigned workers, unsigned why) {
+  bool first = true;
+  pthread_mutex_lock(&explained_mu);
+  for (unsigned i = 0; i < explained_n && first; i++)
+    first = !(explained[i].pc == pc && explained[i].workers == workers && explained[i].why == why);
+  if (first && explained_n < sizeof explained / sizeof explained[0]) {
+    explained[explained_n].pc = pc;
+    explained[explained_n].workers = workers;
+    explained[explained_n].why = why;
+    explained_n++;
+  }
+  pthread_mutex_unlock(&explained_mu);
+  return first;
+}
+
+/* A duration for people: "23 ns", "2.3 µs", "4.1 ms", "1.2 s". */
+static const char *fmt_ns(char *buf, size_t cap, double ns) {
+  if (ns < 0) ns = 0;
+  if (ns < 1000)
+    snprintf(buf, cap, "%.3g ns", ns);
+  else if (ns < 1e6)
+    snprintf(buf, cap, "%.3g µs", ns / 1e3);
+  else if (ns < 1e9)
+    snprintf(buf, cap, "%.3g ms", ns / 1e6);
+  else
+    snprintf(buf, cap, "%.3g s", ns / 1e9);
+  return buf;
+}
+
+/* What one call did, for EXPLAIN. */
+typedef struct explain_rec {
+  const void *pc;
+  size_t n;
+  size_t probed; /* elements the probe timed on the caller (a new site) */
+  weft__model_in in;
+  weft__model_out out;
+  double took_ns;  /* measured wall time of the call */
+  double stall_ns; /* the stalls' share in the fork costs */
+} explain_rec;
+
+static void explain_print(const explain_rec *e) {
+  char site[192], a[32], b[32], c[32], d[32], line[640];
+  weft__describe_site(e->pc, site, sizeof site);
+  const weft__model_in *in = &e->in;
+  const weft__model_out *o = &e->out;
+  size_t at = 0;
+#define EMIT(...)                                                                                            \
+  do {                                                                                                       \
+    if (at < sizeof line) {                                                                                  \
+      int len_ = snprintf(line + at, sizeof line - at, __VA_ARGS__);                                         \
+      at += len_ > 0 ? (size_t)len_ : 0;                                                                     \
+    }                                                                                                        \
+  } while (0)
+  EMIT("pmap n=%zu at %s: ", e->n, site);
+  if (o->why != WEFT__WHY_ONE && o->why != WEFT__WHY_TEAM_OF_ONE) {
+    EMIT("%s of work estimated (%zu x %s%s)", fmt_ns(a, sizeof a, (double)e->n * in->elem_ns), e->n,
+         fmt_ns(b, sizeof b, in->elem_ns), e->probed ? ", timed on the first elements" : "");
+    if (o->why != WEFT__WHY_BUSY && o->why != WEFT__WHY_PROBED_ALL && in->team > 1) {
+      unsigned k = o->best_k > 1 ? o->best_k : 2;
+      double share = (double)(k - 1) / (double)(in->team - 1);
+      EMIT(", %s to start %u workers (%s if warm", fmt_ns(a, sizeof a, in->fork_ns * share), k,
+           fmt_ns(b, sizeof b, in->fork_warm_ns * share));
+      if (e->stall_ns > 0) EMIT("; %s of it stalls", fmt_ns(a, sizeof a, e->stall_ns * share));
+      EMIT("), %s on them", fmt_ns(c, sizeof c, o->why == WEFT__WHY_WARM_UP ? o->warm_ns : o->par_ns));
+    }
+    EMIT(": ");
+  }
+  if (o->workers > 1)
+    EMIT("ran on %u workers in %s (%s)", o->workers, fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
+  else if (o->why == WEFT__WHY_COLD)
+    EMIT("ran on the caller in %s (%s; lost so far %s of the %s that waking it costs)",
+         fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why), fmt_ns(a, sizeof a, o->regret_ns),
+         fmt_ns(b, sizeof b, o->switch_ns));
+  else
+    EMIT("ran on the caller in %s (%s)", fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
+#undef EMIT
+  weft__warn("%s", line);
+}
+
+static void explain_maybe(int mode, const explain_rec *e) {
+  if (mode == 1 && !explain_first_time(e->pc, e->out.workers, e->out.why)) return;
+  explain_print(e);
+}
+
+/* --- test control ------------------------------------------------------------------------ */
+
+#ifdef WEFT_TESTING
+static atomic_ulong test_counts[WEFT__WHY_TRIAL + 2]; /* [0]: cached; [1 + why] */
+#define TEST_COUNT(w) atomic_fetch_add_explicit(&test_counts[(w) + 1], 1, memory_order_relaxed)
+#else
+#define TEST_COUNT(w) ((void)0)
+#endif
+
+void weft__pmap_test_reset(void) {
+  memset(&tls_model, 0, sizeof tls_model);
+  pthread_mutex_lock(&explained_mu);
+  explained_n = 0;
+  pthread_mutex_unlock(&explained_mu);
+  weft__store_relaxed(&explain_env, -1);
+}
+
+unsigned long weft__pmap_test_count(int why) {
+#ifdef WEFT_TESTING
+  if (why >= -1 && why <= WEFT__WHY_TRIAL) return atomic_load(&test_counts[why + 1]);
+#else
+  WEFT__UNUSED(why);
+#endif
+  return 0;
+}
+
+/* --- the automatic-grain CPU path ------------------------------------------------------ */
+
+/* Remember, for the untimed calls to come, how large a map runs on the caller (see the top). */
+static void cache_caller_bound(cpu_site *s, size_t n, const weft__model_out *o) {
+  double sure = s->elem_ns > 0 ? o->seq_max_ns / s->elem_ns : 0;
+  size_t bound = sure >= (double)SIZE_MAX ? SIZE_MAX : (size_t)sure;
+  /* The decision just made holds for maps no larger, until the next timed call. */
+  if (o->workers == 1 && o->why != WEFT__WHY_BUSY && o->why != WEFT__WHY_PROBED_ALL && n > bound) bound = n;
+  if (o->why == WEFT__WHY_TEAM_OF_ONE) bound = SIZE_MAX;
+  s->seq_n = bound;
+  /* Far below the bound no plausible change flips the decision soon: time one call in 64, not 8. */
+  s->period = sure >= 4.0 * (double)n ? FAR_SAMPLE_EVERY - 1 : WEFT__MODEL_SAMPLE_EVERY - 1;
+}
+
+static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, void *ctx, int explain,
+                         const void *pc) {
+  unsigned kind = weft__cpu_team_kind();
+  if (s->fn != fn) {
+    memset(s, 0, sizeof *s);
+    s->fn = fn;
+  }
+  weft__team team;
+  weft__cpu_team(&team);
+  if (kind != WEFT__TEAM_REGION && weft__range_caller_busy()) team.idle = 1;
+  /* After the team's description: its first call reads the environment, which is no element's cost. */
+  int64_t t0 = weft_now_ns();
+  unsigned calls = s->untimed + 1;
+  if (s->last_end && s->elem_ns > 0) {
+    /* The time between calls, spread over the untimed calls since the last timed one. */
+    double span = (double)(t0 - s->last_end) - (double)s->untimed * (double)n * s->elem_ns;
+    s->between_ns = weft__model_average(s->between_ns, span > 0 ? span / calls : 1);
+  }
+  int64_t gap = m->last_join[kind] ? t0 - m->last_join[kind] : INT64_MAX;
+  unsigned bucket = weft__model_gap_bucket(gap);
+  double stall_ns = weft__fork_stall(&m->fork[kind], t0);
+  double fork_ns = weft__fork_cost(&m->fork[kind], bucket, t0) + stall_ns;
+  /*
+   * A thread's first forks start the runtime's threads and wake them for the
+   * first time (8 ms each for the first two regions of a process on the
+   * 2-core VM): no map that a fork of 1 us would not pay for should pay that.
+   */
+  if (m->forked[kind] < 2 && fork_ns < WEFT__MODEL_FIRST_FORK_NS) fork_ns = WEFT__MODEL_FIRST_FORK_NS;
+
+  /* A new site: time its first elements on the caller, doubling, for about PROBE_NS. */
+  size_t done = 0;
+  int err = 0;
+  int64_t t_rest = t0;
+  if (!(s->elem_ns > 0) && n > 1 && team.size > 1) {
+    /* The estimate leaves out the first element (cold caches, lazy binding) unless it was long. */
+    size_t c = 1, mark = 0;
+    int64_t t_mark = t0;
+    do {
+      size_t hi = n - done < c ? n : done + c;
+      int rc = run_here(fn, ctx, done, hi);
+      if (rc && !err) err = rc;
+      done = hi;
+      t_rest = weft_now_ns();
+      if (c == 1 && done < n && (double)(t_rest - t0) < 10 * WEFT__MODEL_PROBE_NS) {
+        mark = done;
+        t_mark = t_rest;
+      }
+      c *= 2;
+    } while (done < n && (double)(t_rest - t_mark) < WEFT__MODEL_PROBE_NS);
+    s->elem_ns = done > mark ? (double)(t_rest - t_mark) / (double)(done - mark) : (double)(t_rest - t0);
+  }
+  size_t probed = done;
+
+  weft__model_in in = {
+      .n = n - done,
+      .elem_ns = s->elem_ns > 0 ? s->elem_ns : 1,
+      .team = team.size,
+      .idle = team.idle,
+      .fork_ns = fork_ns,
+      .fork_warm_ns =
+          weft__fork_cost_best(&m->fork[kind], weft__model_gap_bucket((int64_t)s->between_ns), t0) + stall_ns,
+      .regret_ns = s->regret_ns,
+      .calls = calls,
+      .trials = s->trials,
+  };
+  weft__model_out out;
+  if (done == n) {
+    /* The probe ran it all: what the model would say of the whole, for the cache and EXPLAIN. */
+    in.n = n;
+    weft__model_decide(&in, &out);
+    out.workers = 1;
+    out.why = WEFT__WHY_PROBED_ALL;
+    out.regret_ns = s->regret_ns;
+  } else {
+    weft__model_decide(&in, &out);
+  }
+  s->regret_ns = out.regret_ns;
+  s->trials = out.trials;
+  TEST_COUNT((int)out.why);
+
+  int64_t t1;
+  if (out.workers <= 1 || done == n) {
+    out.workers = 1;
+    int rc = run_here(fn, ctx, done, n);
+    if (rc && !err) err = rc;
+    t1 = weft_now_ns();
+    if (done < n && team.size > 1)
+      s->elem_ns = weft__model_average(s->elem_ns, (double)(t1 - t_rest) / (double)(n - done));
+  } else {
+    weft__range r;
+    weft__range_init(&r, n, fn, ctx, 0, 0);
+    atomic_store_explicit(&r.next, done, memory_order_relaxed);
+    r.time_first = s->timed < SITE_TIMED_FIRST || s->forks % FIRST_CHUNK_EVERY == 0;
+    /* Short shares need no claims or steals in a region (cpu.h, weft__static_part). */
+    r.static_ok = out.work_ns / (double)out.workers <= STATIC_MAX_NS;
+    s->forks++;
+    weft__cpu_fork(&r, out.workers);
+    t1 = weft_now_ns();
+    if (r.first_count)
+      s->elem_ns = weft__model_average(s->elem_ns, (double)r.first_ns / (double)r.first_count);
+    /* What the fork cost: the wall time less the share of the work the model expected of each worker. */
+    double f = (double)(t1 - t_rest) - (double)(n - done) * s->elem_ns / (double)out.workers;
+    f = f * (double)(team.size - 1) / (double)(out.workers - 1); /* as the full team's cost */
+    /*
+     * A thread's first fork also starts the runtime's threads: a cost paid
+     * once, not a fork's. And a long map says little about the fork: its
+     * wall time less the expected work is mostly how unevenly the workers
+     * ran (a preempted worker adds milliseconds), a cost that a short map
+     * does not pay. Only short maps are samples.
+     */
+    if (m->last_join[kind] && out.work_ns / (double)out.workers <= FORK_SAMPLE_MAX_NS)
+      weft__fork_cost_record(&m->fork[kind], bucket, f, t1);
+    m->last_join[kind] = t1;
+    if (m->forked[kind] < 2) m->forked[kind]++;
+    int rc = weft__range_result(&r);
+    if (rc && !err) err = rc; /* the probe's elements have the lower indices */
+  }
+  s->last_end = t1;
+  s->untimed = 0;
+  if (s->timed < UINT32_MAX) s->timed++;
+  if (s->timed < SITE_TIMED_FIRST)
+    s->seq_n = 0; /* a new site's first calls are all timed */
+  else
+    cache_caller_bound(s, n, &out);
+  if (explain) {
+    in.n = n;
+    explain_rec e = {pc, n, probed, in, out, (double)(t1 - t0), stall_ns};
+    explain_maybe(explain, &e);
+  }
+  return err;
+}
+
+/*
+ * An automatic-grain CPU map, not on a fiber. The hot path asks nothing of
+ * the backend, not even the kind of team: the bound it checks was set by the
+ * last timed call, whatever its kind, and a map run on the caller is right
+ * in any context (at worst it misses a fork for the 7 calls to the next one).
+ */
+static int cpu_auto(size_t n, weft_index_fn fn, void *ctx, unsigned flags, const void *pc) {
+  cpu_model *m = &tls_model;
+  cpu_site *s = site_of(m, fn);
+  int explain = (flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
+  /* The hot path: a small map at a site whose last timed call ran on the caller. */
+  if (WEFT__LIKELY(s->fn == fn && n <= s->seq_n && s->untimed < s->period && !explain)) {
+    s->untimed++;
+    TEST_COUNT(-1);
+    return run_here(fn, ctx, 0, n);
+  }
+  return cpu_auto_slow(m, s, n, fn, ctx, explain, pc);
+}
+
 /* --- the door --------------------------------------------------------------- */
+
+/* EXPLAIN for the paths the model does not decide: an explicit grain, or BLOCKING work. */
+static void explain_fixed(const void *pc, size_t n, const weft_pmap_opts *o, bool fibers, int mode) {
+  weft__team team = {0, 1, 1};
+  if (!fibers && !weft__parkable_self()) weft__cpu_team(&team);
+  weft__model_out out = {.workers = team.size, .why = WEFT__WHY_GRAIN};
+  if (mode == 1 && !explain_first_time(pc, out.workers, out.why + 16u * (unsigned)o->kind)) return;
+  char site[192];
+  weft__describe_site(pc, site, sizeof site);
+  if (o->kind == WEFT_BLOCKING && fibers)
+    weft__warn("pmap n=%zu at %s: BLOCKING: a fiber per element in flight (at most %zu): ran on fibers", n,
+               site, o->max_parallel ? o->max_parallel : n);
+  else if (o->kind == WEFT_BLOCKING)
+    weft__warn("pmap n=%zu at %s: BLOCKING without fibers: one element per claim: ran on up to %u workers", n,
+               site, team.size);
+  else if (weft__parkable_self())
+    weft__warn("pmap n=%zu at %s: on a fiber: handed to weft's OpenMP team", n, site);
+  else
+    weft__warn("pmap n=%zu at %s: grain %zu set by the caller: ran on up to %u workers (%s)", n, site,
+               o->grain, team.size, weft__why_text(WEFT__WHY_GRAIN));
+}
 
 int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts) {
   weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
   if (opts) o = *opts;
-  if (!fn || (o.kind != WEFT_CPU && o.kind != WEFT_BLOCKING) || o.flags != 0) return -EINVAL;
+  if (!fn || (o.kind != WEFT_CPU && o.kind != WEFT_BLOCKING) || (o.flags & ~WEFT_PMAP_EXPLAIN) != 0)
+    return -EINVAL;
   if (n == 0) return 0;
+  const void *pc = __builtin_return_address(0);
+  /* (A fiber inside an OpenMP region of its own is not parkable: it runs maps as a thread would.) */
+  if (o.kind == WEFT_CPU && o.grain == 0 && (!weft__fiber_self() || !weft__parkable_self()))
+    return cpu_auto(n, fn, ctx, o.flags, pc);
+  int explain = (o.flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
   if (o.kind == WEFT_BLOCKING) {
-    if (weft__fibers_start() == 0)
-      return weft__pmap_fibers(n, fn, ctx, o.max_parallel, __builtin_return_address(0));
+    if (weft__fibers_start() == 0) {
+      if (explain) explain_fixed(pc, n, &o, true, explain);
+      return weft__pmap_fibers(n, fn, ctx, o.max_parallel, pc);
+    }
     /* The fallback: one element per claim, at most max_parallel at once. */
+    if (explain) explain_fixed(pc, n, &o, false, explain);
     weft__range r;
     weft__range_init(&r, n, fn, ctx, 1, o.max_parallel);
     return weft__pmap_cpu(&r);
   }
+  if (explain) explain_fixed(pc, n, &o, false, explain);
   weft__range r;
   weft__range_init(&r, n, fn, ctx, o.grain, 0);
   return weft__pmap_cpu(&r);

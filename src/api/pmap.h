@@ -20,4 +20,17 @@ int weft__pmap_cpu(weft__range *r);
  */
 int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel, const void *site);
 
+/*
+ * Test control (tests link the static library): forget the calling thread's
+ * model state (every site and fork cost), which pairs were explained, and
+ * the cached WEFT_EXPLAIN, so that a test starts from a new process's state.
+ */
+void weft__pmap_test_reset(void);
+/*
+ * Automatic-grain CPU maps so far, by the model's reason (model.h's
+ * weft__why); why = -1: the cached ones. Counted in test builds
+ * (WEFT_TESTING) only: 0 in the others.
+ */
+unsigned long weft__pmap_test_count(int why);
+
 #endif /* WEFT_API_PMAP_H */

@@ -16,6 +16,7 @@ typedef struct weft__settings {
   bool trace_pinned;         /* WEFT_TRACE_PINNED */
   bool io_uring;             /* WEFT_IO_URING */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX */
+  unsigned explain; /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */
 } weft__settings;
 
 void weft__settings_get(weft__settings *s);

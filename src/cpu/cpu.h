@@ -54,6 +54,10 @@ typedef struct weft__range {
   int err;                              /* what that call returned */
   struct weft__scope *scope;            /* the caller's innermost scoped binding: every element sees it */
   size_t nslices;                       /* 0: one shared counter (next); else slice[0..nslices) */
+  bool time_first;                      /* home 0 times its first chunk (the model's sample) */
+  bool static_ok;                       /* a region may split it statically (weft__range_run_static) */
+  size_t first_count;                   /* indices of that chunk; 0: none; written by home 0 only */
+  int64_t first_ns;                     /* how long it took */
   weft__slice slice[WEFT__RANGE_SLICES];
 } weft__range;
 
@@ -102,6 +106,7 @@ void weft__range_fail(weft__range *r, size_t i, int rc);
  * its slice. A fixed grain keeps the shared counter.
  */
 void weft__range_split(weft__range *r, size_t workers);
+/* (The slices cover [next, n): indices that the caller ran before the split are left out.) */
 
 /* Claim and run chunks until none are left. */
 void weft__range_drain(weft__range *r);
@@ -113,6 +118,40 @@ void weft__range_drain_from(weft__range *r, size_t home);
 int weft__range_result(weft__range *r);
 
 /*
+ * A static split of a range, for a parallel region of the runtime's own
+ * team, where every thread of the team is certain to come: part `home` of
+ * [base, n) is run by its thread with no claim and no steal, as OpenMP's
+ * schedule(static) does. With an automatic grain the parts are k equal
+ * slices; with a grain, part j is the j-th chunk of that grain (used only
+ * when there are at most k chunks). Used for short maps (the caller says so
+ * in static_ok), where a claim or a steal costs a cache-line transfer
+ * between cores (100-500 ns on the 2-core VM) and there is little to
+ * balance. The part is passed by value (firstprivate) so that a worker
+ * reads one cache line, the region's own, before its first element.
+ */
+typedef struct weft__static_part {
+  weft_index_fn fn;
+  void *ctx;
+  size_t base; /* first index of the split (the probe ran the ones below) */
+  size_t n;
+  size_t grain; /* 0: k equal slices */
+  size_t k;
+  struct weft__scope *scope;
+  weft__range *r; /* where errors go, and home 0's timing */
+} weft__static_part;
+
+void weft__range_static_part(weft__range *r, size_t k, weft__static_part *out);
+void weft__range_run_static(const weft__static_part *p, size_t home);
+
+/*
+ * True when the calling thread is running an element of a split map whose
+ * own slice still has unclaimed indices: every other worker of that map is
+ * then busy with it too, and a map started by the element would find no
+ * idle worker (the model's nested case).
+ */
+bool weft__range_caller_busy(void);
+
+/*
  * Run every index of r, on as many workers as the backend gives (bounded by
  * r->max_workers), and return when all have run. The calling thread takes
  * part. Inside an OpenMP region or task this makes tasks in the enclosing
@@ -120,6 +159,30 @@ int weft__range_result(weft__range *r);
  * calls to weft__cpu_submit and parks).
  */
 void weft__cpu_run_range(weft__range *r);
+
+/* The kinds of team a CPU map can fork; each has its own fork-cost estimates (model.h). */
+enum { WEFT__TEAM_REGION = 0, WEFT__TEAM_TASKS, WEFT__TEAM_POOL, WEFT__TEAM_KINDS };
+
+/* What a map forked from the calling thread would get. */
+typedef struct weft__team {
+  unsigned kind; /* WEFT__TEAM_*: a parallel region, tasks in the enclosing team, weft's pool */
+  unsigned size; /* workers a fork gets, the caller included */
+  unsigned idle; /* of those, how many could start now, the caller included (size when unknown) */
+} weft__team;
+
+/* Describe the team a map forked here would get. Not on a fiber outside a region. */
+void weft__cpu_team(weft__team *t);
+
+/* The kind of weft__cpu_team only, cheaply (the model keeps its fork costs per kind). */
+unsigned weft__cpu_team_kind(void);
+
+/*
+ * Run r's unclaimed indices on k workers of that team (2 <= k <= its size),
+ * the caller taking part, split into a slice per worker; return when all
+ * have run. r has an automatic grain and is not yet split. Where fewer
+ * workers come, the caller and those that came run everything.
+ */
+void weft__cpu_fork(weft__range *r, size_t k);
 
 /*
  * Run j->run(j) on a CPU worker, never on the calling thread before this
@@ -149,6 +212,8 @@ const char *weft__cpu_runtime_name(void);
 
 /* The pool backend (cpu_pool.c), also used by cpu_omp.c after fork. */
 void weft__pool_run_range(weft__range *r);
+void weft__pool_team(weft__team *t);
+void weft__pool_fork(weft__range *r, size_t k);
 int weft__pool_submit(weft__job *j);
 unsigned weft__pool_threads(void);
 void weft__pool_shutdown(void);

@@ -7,6 +7,9 @@
 #include "../sys.h"
 
 void weft__cpu_run_range(weft__range *r) { weft__pool_run_range(r); }
+void weft__cpu_team(weft__team *t) { weft__pool_team(t); }
+unsigned weft__cpu_team_kind(void) { return WEFT__TEAM_POOL; }
+void weft__cpu_fork(weft__range *r, size_t k) { weft__pool_fork(r, k); }
 int weft__cpu_submit(weft__job *j) { return weft__pool_submit(j); }
 bool weft__cpu_in_region(void) { return false; }
 unsigned weft__cpu_threads(void) { return weft__pool_threads(); }

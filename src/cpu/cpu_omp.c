@@ -9,6 +9,22 @@
  * of the enclosing team, in a taskgroup, and claims chunks itself: never a
  * nested team, so never more threads than the program asked for.
  *
+ * How many threads a map with the automatic grain gets, the caller alone
+ * included, is the cost model's decision (model.h, asked by api/pmap.c):
+ * weft__cpu_team says what a fork from here would get and weft__cpu_fork
+ * forks exactly that many. An explicit grain gets every thread, as before.
+ *
+ * What a fork costs beyond the runtime's own region: in a region every
+ * thread of the team is certain to run the region's body (its end waits for
+ * them), so a short map (each share under STATIC_MAX_NS, api/pmap.c) or an
+ * explicit grain with at most one chunk per thread is split statically
+ * (weft__static_part, passed by value so that a worker reads one cache line
+ * before its first element: no claim, no steal, as schedule(static)); longer
+ * maps keep the per-worker slices with stealing, which a preempted worker on
+ * a shared machine needs. Tasks in an enclosing team, which may never run
+ * until the taskgroup's end, always claim. No fork allocates: the range and
+ * the slices live on the caller's stack, the team is the runtime's pool.
+ *
  * Asynchronous work (CPU futures, and CPU maps called from fibers, which must
  * not run OpenMP on a carrier thread) goes to the "host": a thread of weft's
  * own that keeps an OpenMP team open while there is work. Its master thread
@@ -107,16 +123,9 @@ static void range_task(weft__range *r, size_t home) {
   weft__range_drain_from(r, home);
 }
 
-/* Inside a region or task: tasks in the enclosing team, the caller claiming too. */
-static void run_in_team(weft__range *r) {
-  size_t t = (size_t)omp_get_num_threads();
-  if (r->max_workers && r->max_workers < t) t = r->max_workers;
-  if (t > r->n) t = r->n;
-  r->workers = t ? t : 1;
-  if (t <= 1) {
-    weft__range_drain(r);
-    return;
-  }
+/* Inside a region or task: t - 1 tasks in the enclosing team, the caller claiming too. */
+static void fork_tasks(weft__range *r, size_t t) {
+  r->workers = t;
   weft__range_split(r, t);
 #pragma omp taskgroup
   {
@@ -129,26 +138,83 @@ static void run_in_team(weft__range *r) {
   }
 }
 
-void weft__cpu_run_range(weft__range *r) {
-  if (WEFT__UNLIKELY(omp_unusable)) {
-    weft__pool_run_range(r);
-    return;
-  }
-  if (omp_get_level() > 0) {
-    run_in_team(r);
-    return;
-  }
-  size_t t = weft__cpu_threads();
-  if (r->max_workers && r->max_workers < t) t = r->max_workers;
-  if (t > r->n) t = r->n;
-  r->workers = t ? t : 1;
-  if (t <= 1) {
-    weft__range_drain(r);
+/* Outside any region: a region of t threads from the runtime's pool, the caller its master. */
+static void fork_region(weft__range *r, size_t t) {
+  /* A child forked after this region must know that libgomp's threads are gone (atfork_child). */
+  weft__atfork_init();
+  r->workers = t;
+  size_t left = r->n - weft__load_relaxed(&r->next);
+  if (r->static_ok || (r->grain && left / r->grain + (left % r->grain != 0) <= t)) {
+    /*
+     * Every thread of a region comes (the region's end waits for it), so a
+     * short map, or one chunk of an explicit grain per thread, needs no
+     * claims: each thread runs its part (cpu.h, weft__static_part).
+     */
+    weft__static_part part;
+    weft__range_static_part(r, t, &part);
+#pragma omp parallel num_threads((int)t) firstprivate(part)
+    weft__range_run_static(&part, (size_t)omp_get_thread_num());
     return;
   }
   weft__range_split(r, t);
 #pragma omp parallel num_threads((int)t)
   weft__range_drain_from(r, (size_t)omp_get_thread_num());
+}
+
+/* Workers for today's split (an explicit grain, or a model-less call): all of them, up to the bounds. */
+static size_t all_workers(weft__range *r, size_t t) {
+  if (r->max_workers && r->max_workers < t) t = r->max_workers;
+  if (t > r->n) t = r->n;
+  return t ? t : 1;
+}
+
+void weft__cpu_run_range(weft__range *r) {
+  if (WEFT__UNLIKELY(omp_unusable)) {
+    weft__pool_run_range(r);
+    return;
+  }
+  bool in_team = omp_get_level() > 0;
+  size_t t = all_workers(r, in_team ? (size_t)omp_get_num_threads() : weft__cpu_threads());
+  if (t <= 1) {
+    r->workers = 1;
+    weft__range_drain(r);
+  } else if (in_team) {
+    fork_tasks(r, t);
+  } else {
+    fork_region(r, t);
+  }
+}
+
+unsigned weft__cpu_team_kind(void) {
+  if (WEFT__UNLIKELY(omp_unusable)) return WEFT__TEAM_POOL;
+  return omp_get_level() > 0 ? WEFT__TEAM_TASKS : WEFT__TEAM_REGION;
+}
+
+void weft__cpu_team(weft__team *t) {
+  if (WEFT__UNLIKELY(omp_unusable)) {
+    weft__pool_team(t);
+    return;
+  }
+  if (omp_get_level() > 0) {
+    /* The enclosing team: whoever is idle in it runs a task; the runtime does not say who is. */
+    t->kind = WEFT__TEAM_TASKS;
+    t->size = (unsigned)omp_get_num_threads();
+  } else {
+    t->kind = WEFT__TEAM_REGION;
+    t->size = weft__cpu_threads();
+  }
+  t->idle = t->size;
+}
+
+void weft__cpu_fork(weft__range *r, size_t k) {
+  if (WEFT__UNLIKELY(omp_unusable)) {
+    weft__pool_fork(r, k);
+    return;
+  }
+  if (omp_get_level() > 0)
+    fork_tasks(r, k);
+  else
+    fork_region(r, k);
 }
 
 /* --- the host team -------------------------------------------------------- */

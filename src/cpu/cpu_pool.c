@@ -10,6 +10,14 @@
  * it takes back the helpers that no worker has started, so a map never waits
  * for a helper stuck behind other work: that is what keeps nested maps from
  * deadlocking when every worker is itself inside a map.
+ *
+ * Waking a thread asleep on a condition variable costs 5-100 us on a
+ * virtual machine, far more than a short map's work, so both sides spin a
+ * little first, with a bound, and then sleep: a worker that has run a job
+ * watches the queue for POOL_SPIN_NS before it waits on work_cv (maps called
+ * in a loop then find it awake), and a map's caller watches its helpers'
+ * count for JOIN_SPIN_NS before it waits on done_cv. Neither ever spins
+ * longer, so an idle pool uses no CPU (the omp_env suite checks it).
  */
 #include "cpu.h"
 
@@ -21,6 +29,8 @@
 #include "../sys.h"
 
 #define POOL_MAX_THREADS 1024
+#define POOL_SPIN_NS     50000 /* a worker that ran a job watches the queue this long before it sleeps */
+#define JOIN_SPIN_NS     20000 /* a map's caller watches its helpers this long before it sleeps */
 
 static struct {
   pthread_mutex_t mu;     /* guards everything below */
@@ -28,9 +38,11 @@ static struct {
   pthread_cond_t done_cv; /* maps wait here for their helpers */
   weft__job *head;        /* queued jobs, FIFO, doubly linked so a map can take its helpers back */
   weft__job *tail;
-  unsigned started; /* worker threads running */
-  unsigned idle;    /* workers waiting on work_cv */
-  bool stopping;    /* shutdown: workers leave once the queue is empty */
+  unsigned started;     /* worker threads running */
+  unsigned idle;        /* workers waiting on work_cv */
+  atomic_uint queued;   /* jobs in the queue: written under mu, read by spinning workers without it */
+  atomic_uint spinning; /* workers watching `queued` before they sleep (they need no signal) */
+  bool stopping;        /* shutdown: workers leave once the queue is empty */
   pthread_t threads[POOL_MAX_THREADS];
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
           .work_cv = PTHREAD_COND_INITIALIZER,
@@ -64,6 +76,7 @@ static void enqueue_locked(weft__job *j) {
     pool.head = j;
   pool.tail = j;
   j->queued = true;
+  atomic_fetch_add_explicit(&pool.queued, 1, memory_order_release);
 }
 
 static void unlink_locked(weft__job *j) {
@@ -77,14 +90,40 @@ static void unlink_locked(weft__job *j) {
     pool.tail = j->prev;
   j->next = j->prev = NULL;
   j->queued = false;
+  atomic_fetch_sub_explicit(&pool.queued, 1, memory_order_relaxed);
+}
+
+/*
+ * Spin, with the lock released, until *word reaches at_least or ns have
+ * passed; true when it did. Acquire pairs with the release of whoever
+ * raised it (enqueue_locked, helper_run).
+ */
+static bool spin_until(atomic_uint *word, unsigned at_least, int64_t ns) {
+  int64_t end = weft_now_ns() + ns;
+  for (unsigned k = 1;; k++) {
+    if (atomic_load_explicit(word, memory_order_acquire) >= at_least) return true;
+    if (k % 64 == 0 && weft_now_ns() >= end) return false;
+    weft__cpu_relax();
+  }
 }
 
 static void *worker_main(void *arg) {
   WEFT__UNUSED(arg);
   tls_worker = true;
+  bool may_spin = false; /* once after each job */
   pthread_mutex_lock(&pool.mu);
   for (;;) {
     while (!pool.head && !pool.stopping) {
+      if (may_spin) {
+        /* Maps called in a loop find the worker awake (see the top); never longer than POOL_SPIN_NS. */
+        may_spin = false;
+        atomic_fetch_add_explicit(&pool.spinning, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&pool.mu);
+        spin_until(&pool.queued, 1, POOL_SPIN_NS);
+        pthread_mutex_lock(&pool.mu);
+        atomic_fetch_sub_explicit(&pool.spinning, 1, memory_order_relaxed);
+        continue; /* the queue is checked again under the lock: no wake-up is lost */
+      }
       pool.idle++;
       pthread_cond_wait(&pool.work_cv, &pool.mu);
       pool.idle--;
@@ -94,6 +133,7 @@ static void *worker_main(void *arg) {
     unlink_locked(j);
     pthread_mutex_unlock(&pool.mu);
     j->run(j);
+    may_spin = true;
     pthread_mutex_lock(&pool.mu);
   }
   pthread_mutex_unlock(&pool.mu);
@@ -103,7 +143,10 @@ static void *worker_main(void *arg) {
 /* Queue j and make sure a worker will see it. Called with pool.mu held. */
 static int submit_locked(weft__job *j) {
   if (pool.stopping) return -ESHUTDOWN;
-  if (pool.idle == 0 && pool.started < weft__pool_threads()) {
+  /* Workers that will take it: the sleeping ones, and the spinning ones, less the jobs already queued. */
+  unsigned ready = pool.idle + atomic_load_explicit(&pool.spinning, memory_order_relaxed);
+  if (ready <= atomic_load_explicit(&pool.queued, memory_order_relaxed) &&
+      pool.started < weft__pool_threads()) {
     weft__atfork_init();
     char name[32];
     snprintf(name, sizeof name, "weft-pool-%u", pool.started);
@@ -127,28 +170,43 @@ int weft__pool_submit(weft__job *j) {
 typedef struct helper {
   weft__job job;
   weft__range *r;
-  size_t home;        /* its slice of r (weft__range_split) */
-  unsigned *finished; /* helpers of this map that ran to the end: guarded by pool.mu */
+  size_t home;           /* its slice of r (weft__range_split) */
+  atomic_uint *finished; /* helpers of this map that ran to the end (the caller may read it unlocked) */
 } helper;
 
 static void helper_run(weft__job *j) {
   helper *h = weft__container_of(j, helper, job);
   weft__range_drain_from(h->r, h->home);
   pthread_mutex_lock(&pool.mu);
-  (*h->finished)++;
+  /* Release pairs with the caller's acquire (spin_until, or under the lock): the elements' writes. */
+  atomic_fetch_add_explicit(h->finished, 1, memory_order_release);
   pthread_cond_broadcast(&pool.done_cv);
   pthread_mutex_unlock(&pool.mu);
 }
 
+/* Workers a map gets here: the pool's threads, and the caller when it is not one of them. */
+static size_t team_size(void) { return (size_t)weft__pool_threads() + (tls_worker ? 0 : 1); }
+
+void weft__pool_team(weft__team *t) {
+  t->kind = WEFT__TEAM_POOL;
+  t->size = (unsigned)team_size();
+  t->idle = t->size;
+}
+
 void weft__pool_run_range(weft__range *r) {
-  size_t t = (size_t)weft__pool_threads() + (tls_worker ? 0 : 1); /* the caller claims too */
+  size_t t = team_size();
   if (r->max_workers && r->max_workers < t) t = r->max_workers;
   if (t > r->n) t = r->n;
-  r->workers = t ? t : 1;
   if (t <= 1) {
+    r->workers = 1;
     weft__range_drain(r);
     return;
   }
+  weft__pool_fork(r, t);
+}
+
+void weft__pool_fork(weft__range *r, size_t t) {
+  r->workers = t;
   size_t nh = t - 1;
   helper local[8];
   helper *h = nh <= 8 ? local : weft__malloc(nh * sizeof *h);
@@ -157,7 +215,9 @@ void weft__pool_run_range(weft__range *r) {
     weft__range_drain(r);
     return;
   }
-  unsigned finished = 0, started = 0;
+  atomic_uint finished;
+  atomic_init(&finished, 0);
+  unsigned started = 0;
   size_t queued = 0;
   weft__range_split(r, t);
   pthread_mutex_lock(&pool.mu);
@@ -179,7 +239,15 @@ void weft__pool_run_range(weft__range *r) {
     else
       started++;
   }
-  while (finished < started) pthread_cond_wait(&pool.done_cv, &pool.mu);
+  if (atomic_load_explicit(&finished, memory_order_acquire) < started) {
+    /* Helpers still running: watch them a little before sleeping (see the top). */
+    pthread_mutex_unlock(&pool.mu);
+    bool done = spin_until(&finished, started, JOIN_SPIN_NS);
+    pthread_mutex_lock(&pool.mu);
+    if (!done)
+      while (atomic_load_explicit(&finished, memory_order_acquire) < started)
+        pthread_cond_wait(&pool.done_cv, &pool.mu);
+  }
   pthread_mutex_unlock(&pool.mu);
   if (h != local) weft__free(h);
 }
@@ -204,5 +272,7 @@ void weft__pool_atfork_child(void) {
   pool.head = pool.tail = NULL;
   pool.started = 0;
   pool.idle = 0;
+  atomic_store(&pool.queued, 0);
+  atomic_store(&pool.spinning, 0);
   pool.stopping = false;
 }

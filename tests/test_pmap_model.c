@@ -1,0 +1,398 @@
+/*
+ * Suite "pmap_model": the cost model of an automatic-grain CPU map
+ * (src/cpu/model.h) with injected measurements, where every decision is
+ * known in advance: small work on the caller, large work on every worker,
+ * some workers in between, the ski rental that wakes a cold team once the
+ * time lost pays for it, the trials after a warm-up, busy and one-thread
+ * teams; the same inputs always give the same decision. Then the decisions
+ * as WEFT_PMAP_EXPLAIN prints them, and WEFT_EXPLAIN=1 (once per site).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#include "api/pmap.h"
+#include "cpu/cpu.h"
+#include "cpu/model.h"
+
+/* A decision with the inputs most tests share: 2 workers, both idle. */
+static weft__model_in inputs(size_t n, double elem_ns, double fork_ns, double warm_ns) {
+  weft__model_in in = {.n = n,
+                       .elem_ns = elem_ns,
+                       .team = 2,
+                       .idle = 2,
+                       .fork_ns = fork_ns,
+                       .fork_warm_ns = warm_ns,
+                       .regret_ns = 0,
+                       .calls = 1,
+                       .trials = 0};
+  return in;
+}
+
+static weft__model_out decide(const weft__model_in *in) {
+  weft__model_out out;
+  memset(&out, 0xa5, sizeof out); /* every field must be written */
+  weft__model_decide(in, &out);
+  return out;
+}
+
+/* --- where the map runs -------------------------------------------------------- */
+
+static void test_small_on_caller(void) {
+  /* The GPars call on a busy machine: 2.3 us of work, 4.1 us to start 2 workers. */
+  weft__model_in in = inputs(100, 23, 4100, 4100);
+  weft__model_out o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_SMALL);
+  CU_ASSERT_DOUBLE_EQUAL(o.work_ns, 2300, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(o.par_ns, 4100 + 1150, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(o.regret_ns, 0, 1e-9);
+  /* Below seq_max_ns no gap makes the team win. */
+  CU_ASSERT(o.seq_max_ns > o.work_ns);
+  /* Ten elements of 0.3 ns: nothing pays for a team. */
+  in = inputs(10, 0.3, 600, 600);
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+}
+
+static void test_large_on_all(void) {
+  weft__model_in in = inputs(1000000, 22, 1000, 1000);
+  in.team = in.idle = 8;
+  weft__model_out o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 8);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_PAYS);
+  /* n = 10^4 on 2 workers with a warm team: the team wins. */
+  in = inputs(10000, 22, 1000, 1000);
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 2);
+  CU_ASSERT_DOUBLE_EQUAL(o.par_ns, 1000 + 110000, 1e-6);
+}
+
+static void test_some_workers(void) {
+  /*
+   * 40 us of work, 16 us to start a team of 16: k* = sqrt(W (T-1) / F) =
+   * sqrt(37.5) = 6.1, so 6 workers: 6 us of waking plus 6.7 us of work.
+   */
+  weft__model_in in = inputs(4000, 10, 16000, 16000);
+  in.team = in.idle = 16;
+  weft__model_out o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 6);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_PAYS);
+  double t6 = weft__model_time(40000, 16000, 16, 6);
+  CU_ASSERT_DOUBLE_EQUAL(o.par_ns, t6, 1e-6);
+  for (unsigned k = 2; k <= 16; k++) CU_ASSERT(weft__model_time(40000, 16000, 16, k) >= t6);
+  /* Only 3 idle (the caller included): at most 3. */
+  in.idle = 3;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 3);
+  /* Never more workers than elements. */
+  in = inputs(3, 1e6, 1000, 1000);
+  in.team = in.idle = 16;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 3);
+}
+
+static void test_no_team(void) {
+  weft__model_in in = inputs(1, 1e9, 1000, 1000);
+  weft__model_out o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_ONE);
+  in = inputs(1000000, 100, 1000, 1000);
+  in.team = in.idle = 1;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_TEAM_OF_ONE);
+  /* Inside a map whose workers are all busy: the caller, however large. */
+  in = inputs(1000000, 100, 1000, 1000);
+  in.idle = 1;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_BUSY);
+}
+
+/* --- the ski rental: a cold team, a warm one that would win ------------------- */
+
+static void test_ski_rental(void) {
+  /*
+   * 3 us of work; a warm team takes 0.6 + 1.5 = 2.1 us (0.9 us less), a cold
+   * one 50 + 1.5 us (48.5 us more than the caller). The caller runs the map
+   * until the regret, 0.9 us per call, reaches 48.5 us: on the 54th call.
+   */
+  weft__model_in in = inputs(100, 30, 50000, 600);
+  double regret = 0;
+  int calls = 0;
+  weft__model_out o;
+  do {
+    in.regret_ns = regret;
+    o = decide(&in);
+    regret = o.regret_ns;
+    calls++;
+    if (o.workers == 1) CU_ASSERT_EQUAL(o.why, WEFT__WHY_COLD);
+  } while (o.workers == 1 && calls < 1000);
+  CU_ASSERT_EQUAL(calls, 54);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_WARM_UP);
+  CU_ASSERT_EQUAL(o.workers, 2);
+  CU_ASSERT_DOUBLE_EQUAL(o.regret_ns, 0, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(o.switch_ns, 48500, 1e-6);
+  CU_ASSERT_EQUAL(o.trials, WEFT__MODEL_TRIALS);
+  /* A timed call that stands for 8 calls adds 8 calls' regret. */
+  in.regret_ns = 0;
+  in.calls = 8;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_DOUBLE_EQUAL(o.regret_ns, 8 * 900, 1e-6);
+  /* The trials: the team just woken is tried even where its first measurement says no. */
+  in = inputs(100, 30, 3000, 3000); /* warm: 3 + 1.5 us > 3 us of work */
+  in.trials = 2;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 2);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_TRIAL);
+  CU_ASSERT_EQUAL(o.trials, 1);
+  in.trials = 0;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_SMALL);
+  /* ... but not where it would double the call. */
+  in = inputs(100, 30, 30000, 30000);
+  in.trials = 2;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+}
+
+/* The same measured inputs give the same decision, whatever came before. */
+static void test_deterministic(void) {
+  static const size_t ns[] = {1, 2, 10, 100, 1000, 10000, 100000, 1000000};
+  static const double elems[] = {0.3, 1, 22, 300, 1e4, 1e6};
+  static const double forks[] = {300, 1000, 5000, 1e5, 1e7};
+  static const unsigned teams[] = {1, 2, 3, 8, 64};
+  unsigned n_checked = 0;
+  for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+    for (size_t b = 0; b < sizeof elems / sizeof elems[0]; b++)
+      for (size_t c = 0; c < sizeof forks / sizeof forks[0]; c++)
+        for (size_t d = 0; d < sizeof teams / sizeof teams[0]; d++) {
+          weft__model_in in = inputs(ns[a], elems[b], forks[c], forks[c] / 4);
+          in.team = in.idle = teams[d];
+          in.regret_ns = (double)a * 1000;
+          weft__model_out o1 = decide(&in), o2 = decide(&in);
+          CU_ASSERT(memcmp(&o1, &o2, sizeof o1) == 0);
+          CU_ASSERT(o1.workers >= 1 && o1.workers <= teams[d] && o1.workers <= ns[a]);
+          /* Never a team that the model expects to be slower than the caller. */
+          if (o1.why == WEFT__WHY_PAYS) CU_ASSERT(o1.par_ns < o1.work_ns);
+          n_checked++;
+        }
+  CU_ASSERT_EQUAL(n_checked, 8 * 6 * 5 * 5);
+}
+
+/* --- the measurements' arithmetic -------------------------------------------------- */
+
+static void test_gap_buckets(void) {
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(0), 0);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(15999), 0);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(16000), 1);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(63999), 1);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(64000), 2);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(256000), 3);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(1024000), 4);
+  CU_ASSERT_EQUAL(weft__model_gap_bucket(INT64_MAX), WEFT__MODEL_GAPS - 1);
+}
+
+static void test_fork_costs(void) {
+  weft__fork_costs c;
+  memset(&c, 0, sizeof c);
+  const int64_t t = 5000000000LL;
+  /* Never measured: the guess. */
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 0, t), WEFT__MODEL_FORK_GUESS, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 7, t), WEFT__MODEL_FORK_GUESS, 1e-9);
+  /* A cold team, three samples: later buckets inherit the median, earlier ones do not. */
+  weft__fork_cost_record(&c, 3, 40000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 3, t), WEFT__MODEL_FORK_GUESS,
+                         1e-9); /* one: at most the guess */
+  weft__fork_cost_record(&c, 3, 60000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 3, t), WEFT__MODEL_FORK_GUESS, 1e-9); /* two: the same */
+  weft__fork_cost_record(&c, 3, 50000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 2, t), WEFT__MODEL_FORK_GUESS, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 3, t), 50000, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 6, t), 50000, 1e-9);
+  /* Preempted samples: one among three moves nothing, nor two among five; three do. */
+  weft__fork_cost_record(&c, 0, 600, t);
+  weft__fork_cost_record(&c, 0, 700, t);
+  weft__fork_cost_record(&c, 0, 4e6, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 0, t), 700, 1e-9);
+  weft__fork_cost_record(&c, 0, 5e6, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 0, t), 700, 1e-9); /* the lower median of four */
+  weft__fork_cost_record(&c, 0, 650, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 0, t), 700, 1e-9);
+  weft__fork_cost_record(&c, 0, 6e6, t);
+  weft__fork_cost_record(&c, 0, 7e6, t); /* now 4e6, 5e6, 650, 6e6, 7e6 */
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 0, t), 5e6, 1e-9);
+  /* Samples age towards the guess: half-way after a half-life, nearly all of the way after 30. */
+  const int64_t h = WEFT__MODEL_HALF_LIFE_NS;
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_bucket(&c, 3, t + h), WEFT__MODEL_FORK_GUESS + 49000 / 2.0, 1);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_bucket(&c, 3, t + 30 * h), WEFT__MODEL_FORK_GUESS, 1e-3);
+  /* A new bucket: a quarter of one sample, half the lower of two. */
+  weft__fork_cost_record(&c, 1, 800, t);
+  CU_ASSERT_EQUAL(c.seen[1], 1);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_bucket(&c, 1, t), 200, 1e-9);
+  weft__fork_cost_record(&c, 1, 1200, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_bucket(&c, 1, t), 400, 1e-9);
+  /* Below 50 ns is noise in the subtraction. */
+  weft__fork_cost_record(&c, 2, -300, t);
+  CU_ASSERT_DOUBLE_EQUAL(c.ns[2][0], 50, 1e-9);
+  CU_ASSERT_EQUAL(c.seen[2], 1);
+  /* 2^-x without libm. */
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_exp2_neg(0), 1, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_exp2_neg(1), 0.5, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_exp2_neg(3.5), 0.08839, 0.001);
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_exp2_neg(100), 0, 1e-12);
+}
+
+/* A stall (over 4x its bucket's median) counts as an average excess over all recent forks. */
+static void test_stalls(void) {
+  weft__fork_costs c;
+  memset(&c, 0, sizeof c);
+  const int64_t t = 5000000000LL;
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 0, 1e-12);
+  for (int k = 0; k < 9; k++) weft__fork_cost_record(&c, 0, 600, t); /* 9 forks at 600 ns */
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 0, 1e-12);
+  weft__fork_cost_record(&c, 0, 2000600, t); /* one stall of 2 ms over the median */
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 2000000.0 / 10, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 0, t), 600, 1e-9); /* the median does not see it */
+  /* Slower forks that are not 4x the median are not stalls. */
+  weft__fork_cost_record(&c, 0, 2000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 2000000.0 / 11, 1e-6);
+  /* Older forks weigh less (tau / (tau + dt)); without forks the average ages away (half-lives). */
+  const int64_t t2 = t + (int64_t)WEFT__MODEL_STALL_TAU_NS;
+  weft__fork_cost_record(&c, 0, 600, t2);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t2), 1000000.0 / 6.5, 1e-6);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t2 + WEFT__MODEL_HALF_LIFE_NS), 1000000.0 / 6.5 / 2, 1e-6);
+  CU_ASSERT(weft__fork_stall(&c, t2 + 40 * WEFT__MODEL_HALF_LIFE_NS) < 1e-6);
+}
+
+static void test_average(void) {
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_average(0, 20), 20, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_average(20, 0), 20, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_average(20, 28), 22, 1e-12);
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_average(20, 1e9), 20 + (160 - 20) / 4.0, 1e-9);
+  /* Shorter samples are believed faster: three quarters of the way, unclamped. */
+  CU_ASSERT_DOUBLE_EQUAL(weft__model_average(80, 1), 80 - 79 * 0.75, 1e-9);
+  CU_ASSERT_EQUAL(weft__model_isqrt(0), 0);
+  CU_ASSERT_EQUAL(weft__model_isqrt(35.9), 5);
+  CU_ASSERT_EQUAL(weft__model_isqrt(36), 6);
+  CU_ASSERT_EQUAL(weft__model_isqrt(1e12), 1000000);
+}
+
+/* --- EXPLAIN ---------------------------------------------------------------------- */
+
+static int tiny(void *ctx, size_t i) {
+  ((volatile char *)ctx)[i % 64] = 1;
+  return 0;
+}
+
+static int busy_100us(void *ctx, size_t i) {
+  (void)ctx;
+  (void)i;
+  int64_t end = weft_now_ns() + 100000;
+  while (weft_now_ns() < end) {
+  }
+  return 0;
+}
+
+static char buf64[64];
+
+/* stderr into a temporary file while fn runs; its text (NUL-terminated) into out. */
+static void capture_stderr(void (*fn)(void), char *out, size_t cap) {
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  CU_ASSERT_PTR_NOT_NULL_FATAL(tmp);
+  int saved = dup(2);
+  dup2(fileno(tmp), 2);
+  fn();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(tmp);
+  size_t got = fread(out, 1, cap - 1, tmp);
+  out[got] = '\0';
+  fclose(tmp);
+}
+
+static void explain_calls(void) {
+  weft__pmap_test_reset();
+  /*
+   * A few calls first, unexplained: a new site's first element can take
+   * tens of microseconds under a sanitizer (shadow memory), and the estimate
+   * needs a few samples to come down from it.
+   */
+  for (int k = 0; k < 12; k++) CU_ASSERT_EQUAL(weft_pmap(4, tiny, buf64, NULL), 0);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.flags = WEFT_PMAP_EXPLAIN;
+  CU_ASSERT_EQUAL(weft_pmap(4, tiny, buf64, &o), 0);
+  CU_ASSERT_EQUAL(weft_pmap(4, tiny, buf64, &o), 0);
+  CU_ASSERT_EQUAL(weft_pmap(200, busy_100us, NULL, &o), 0);
+  o.grain = 1;
+  CU_ASSERT_EQUAL(weft_pmap(7, tiny, buf64, &o), 0);
+}
+
+static void test_explain_flag(void) {
+  static char err[8192];
+  capture_stderr(explain_calls, err, sizeof err);
+  /* Each line names n, the estimate and the choice. */
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "pmap n=4 at "));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "ran on the caller"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "of work estimated (4 x "));
+  char *large = strstr(err, "pmap n=200 at ");
+  CU_ASSERT_PTR_NOT_NULL(large);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "of work estimated (200 x "));
+  weft__team team;
+  weft__cpu_team(&team);
+  if (team.size >= 2 && large) CU_ASSERT_PTR_NOT_NULL(strstr(large, "workers in"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "pmap n=7 at "));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "grain 1 set by the caller"));
+  /* One line per call: four calls, four lines. */
+  int lines = 0;
+  for (char *p = err; (p = strstr(p, "weft: pmap ")) != NULL; p++) lines++;
+  CU_ASSERT_EQUAL(lines, 4);
+  if (lines != 4 || !strstr(err, "ran on the caller") || !large) printf("\n  stderr:\n%s\n", err);
+}
+
+static void explain_env_calls(void) {
+  setenv("WEFT_EXPLAIN", "1", 1);
+  weft__pmap_test_reset(); /* reads WEFT_EXPLAIN again */
+  for (int k = 0; k < 50; k++) CU_ASSERT_EQUAL(weft_pmap(4, tiny, buf64, NULL), 0);
+  unsetenv("WEFT_EXPLAIN");
+  weft__pmap_test_reset();
+}
+
+static void test_explain_env(void) {
+  static char err[16384];
+  capture_stderr(explain_env_calls, err, sizeof err);
+  /* Once per site and decision: 50 calls, a handful of lines (the probe, then the decision). */
+  int lines = 0;
+  for (char *p = err; (p = strstr(p, "weft: pmap n=4 at ")) != NULL; p++) lines++;
+  CU_ASSERT(lines >= 1);
+  CU_ASSERT(lines <= 6);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "ran on the caller"));
+  if (lines < 1 || lines > 6) printf("\n  stderr:\n%s\n", err);
+}
+
+int main(int argc, char **argv) {
+  static const weft_test tests[] = {
+      {"small_on_caller", test_small_on_caller},
+      {"large_on_all", test_large_on_all},
+      {"some_workers", test_some_workers},
+      {"no_team", test_no_team},
+      {"ski_rental", test_ski_rental},
+      {"deterministic", test_deterministic},
+      {"gap_buckets", test_gap_buckets},
+      {"fork_costs", test_fork_costs},
+      {"stalls", test_stalls},
+      {"average", test_average},
+      {"explain_flag", test_explain_flag},
+      {"explain_env", test_explain_env},
+      {NULL, NULL},
+  };
+  return weft_test_run(argc, argv, "pmap_model", tests);
+}
