@@ -323,6 +323,74 @@ WEFT_EXTERN int weft_get_info(weft_info *out);
 WEFT_EXTERN const char *weft_strerror(int err);
 
 /* ------------------------------------------------------------------------ */
+/* Seeing inside: dumps and counters                                         */
+/* ------------------------------------------------------------------------ */
+
+/* weft_dump flags. */
+#define WEFT_DUMP_STACKS 0x1u /* a backtrace of every parked fiber (up to 64 per carrier) */
+
+/*
+ * weft_dump: write a description of every live fiber to fd: its id, its
+ * state (running, runnable, parked), what a parked fiber waits for (sleep,
+ * a descriptor and direction, a mutex, condition, semaphore, channel,
+ * future, offloaded call, a map's elements) with the object's address or
+ * descriptor, its deadline and for how long it has waited, its carrier, and
+ * what started it (a future, or the element of a map and where the map was
+ * called). With WEFT_DUMP_STACKS, each parked fiber's backtrace from the
+ * registers it saved (function names from the symbol tables, file:line
+ * where debug information exists: libunwind and libdw; without them, weft
+ * says so and lists fibers only). Unstarted work is counted. A snapshot:
+ * a fiber readied while the dump looks may show as parked.
+ *
+ * It never stops the runtime for long: each carrier lists its own fibers
+ * between two of them (a few milliseconds at most), and a carrier that a
+ * fiber holds is read without stacks after 200 ms. Returns 0, -EINVAL (fd
+ * negative, an unknown flag), or -ENOMEM; a write that fails ends the dump
+ * quietly (it is a diagnostic). Any context: a plain thread, a fiber (the
+ * dump then runs on the offload pool), an OpenMP task. With the runtime not
+ * running it says so.
+ *
+ * WEFT_DUMP_SIGNAL=<signal> (a name such as SIGUSR1 or USR1, or a number)
+ * makes weft write the dump, with stacks, to stderr whenever the process
+ * receives that signal, and go on: the handler only wakes a thread of
+ * weft's, which writes the dump. Read at the start of the process.
+ */
+WEFT_EXTERN int weft_dump(int fd, unsigned flags);
+
+/*
+ * Counters since the process started (since weft_shutdown for the fiber
+ * counts: a shutdown keeps them), always on: each is kept per carrier or
+ * per thread and summed when read. A snapshot, exact when nothing runs.
+ */
+typedef struct weft_stats {
+  uint64_t fibers_started;     /* fibers that got a stack and ran */
+  uint64_t fibers_finished;    /* fibers that ended */
+  uint64_t fibers_live;        /* started and not ended, plus unstarted ones queued */
+  uint64_t fibers_peak;        /* most live at once, sampled every few ms and at each call */
+  uint64_t parks;              /* fiber waits that switched away */
+  uint64_t yields;             /* weft_yield calls that switched away */
+  uint64_t steals;             /* unstarted fibers taken by one carrier from another */
+  uint64_t carrier_wakeups;    /* times a carrier slept and was woken (or its timer came) */
+  uint64_t poller_waits;       /* epoll waits, sleeping or not */
+  uint64_t stack_cache_hits;   /* stacks taken from a thread's cache */
+  uint64_t stack_cache_misses; /* stacks taken from the pool or carved fresh */
+  uint64_t stacks_carved;      /* stacks newly carved (guards installed) */
+  uint64_t stacks_trimmed;     /* stacks whose pages were given back */
+  uint64_t stack_bytes_mapped; /* address space mapped for stacks now, guards included */
+  uint64_t offload_calls;      /* weft_blocking calls (and file I/O without io_uring) run by the pool */
+  uint64_t offload_threads;    /* offload threads alive now */
+  uint64_t extra_carriers;     /* compensation carriers started for pinned carriers */
+  uint64_t uring_submissions;  /* io_uring_submit calls */
+} weft_stats;
+
+/*
+ * Fill *out. Named weft_get_stats, as weft_get_info: a function cannot share
+ * the name of its struct's typedef in C. 0, or -EINVAL for NULL. Any
+ * context, thread-safe; it starts nothing.
+ */
+WEFT_EXTERN int weft_get_stats(weft_stats *out);
+
+/* ------------------------------------------------------------------------ */
 /* Fiber-aware I/O                                                           */
 /* ------------------------------------------------------------------------ */
 

@@ -64,7 +64,6 @@ typedef struct weft__fiber {
   _Atomic int64_t wait_deadline;  /* its deadline: -1 none */
   _Atomic int64_t wait_since;     /* when the wait began (the coarse clock) */
   _Atomic uint64_t tag;           /* the owner's: the index of the map element it runs */
-  atomic_bool dump_pin;           /* a dump reads its stack: its carrier does not resume it meanwhile */
   void *san_fake_stack;           /* AddressSanitizer's fake-stack handle across a switch */
   void *san_tsan_fiber;           /* ThreadSanitizer's fiber handle */
   weft__tctx tc;                  /* cancellation, scope and locals of the work it runs */
@@ -233,12 +232,27 @@ bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_
 
 /* Counters for tests and reports. */
 typedef struct weft__fiber_stats {
-  uint64_t live;          /* fibers spawned and not yet done */
-  uint64_t spawned;       /* since start */
+  uint64_t live;          /* fibers spawned and not yet done, and open sources (shutdown waits for these) */
+  uint64_t spawned;       /* fibers started, since the process started */
   uint64_t stacks_in_use; /* stacks held by fibers */
   uint64_t steals;        /* fibers taken from another carrier */
+  uint64_t finished;      /* fibers ended */
+  uint64_t parks, yields;
+  uint64_t sleeps;        /* carrier sleeps in the poller (each ends in a wake-up) */
+  uint64_t polls;         /* poller waits */
+  uint64_t fibers;        /* started and not ended, plus unstarted ones queued */
+  uint64_t fibers_peak;   /* most of those at once (sampled: the monitor's looks and every call) */
+  uint64_t extra_started; /* compensation carriers started */
 } weft__fiber_stats;
 void weft__fiber_get_stats(weft__fiber_stats *out);
+
+/*
+ * Write the fiber dump to fd (fiber/dump.c): every started fiber of every
+ * carrier, with the stacks of parked ones when `stacks`. A plain thread
+ * only (a fiber's dump goes through the offload pool: its carrier must be
+ * free to answer). Returns 0 or -ENOMEM.
+ */
+int weft__fibers_dump(int fd, bool stacks);
 
 /* Stop the runtime: wait for every fiber to end, join the carriers. */
 void weft__fibers_shutdown(void);

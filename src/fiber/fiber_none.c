@@ -4,6 +4,8 @@
  * WEFT_BLOCKING call takes the CPU path, and the scheduler's entry points
  * that only a fiber could reach are never called.
  */
+#include <string.h>
+
 #include "fiber.h"
 #include "sched.h"
 #include "stack.h"
@@ -44,9 +46,7 @@ bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_
   WEFT__UNUSED(stack_size);
   return false;
 }
-void weft__fiber_get_stats(weft__fiber_stats *out) {
-  out->live = out->spawned = out->stacks_in_use = out->steals = 0;
-}
+void weft__fiber_get_stats(weft__fiber_stats *out) { memset(out, 0, sizeof *out); }
 void weft__fibers_shutdown(void) {}
 void weft__fibers_atfork_child(void) {}
 unsigned weft_carrier_count(void) { return 0; }
@@ -64,3 +64,8 @@ bool weft__carrier_may_arrive(unsigned id) {
 void weft__source_close(weft__source *s) { WEFT__UNUSED(s); }
 void weft__source_finished(weft__fiber *f) { WEFT__UNUSED(f); }
 unsigned weft__fiber_carrier_id(void) { return 0; }
+int weft__fibers_dump(int fd, bool stacks) {
+  WEFT__UNUSED(fd);
+  WEFT__UNUSED(stacks);
+  return 0;
+}

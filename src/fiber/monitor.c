@@ -59,6 +59,7 @@ static void timed_wait(int64_t ns) {
 static bool look(int64_t threshold_ns) {
   int64_t now = weft_now_ns();
   atomic_store_explicit(&weft__coarse_now, now, memory_order_relaxed); /* for the waits dumps show */
+  (void)weft__fibers_now();                                            /* samples the peak (weft_get_stats) */
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   size_t pinned = 0;
   bool busy = false, retired = false;

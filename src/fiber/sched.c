@@ -278,13 +278,37 @@ static void counters_sum(weft__carrier_counters *out) {
   for (unsigned i = 0; i < n; i++) counters_add(out, &rt.carriers[i]->cnt);
 }
 
+/* Fibers started and not ended, plus those queued unstarted; and the peak of that, kept as a max. */
+uint64_t weft__fibers_now(void) {
+  weft__carrier_counters s;
+  counters_sum(&s);
+  uint64_t started = atomic_load_explicit(&s.started, memory_order_relaxed);
+  uint64_t finished = atomic_load_explicit(&s.finished, memory_order_relaxed);
+  uint64_t now = (started > finished ? started - finished : 0) + weft__unstarted_count();
+  uint64_t peak = atomic_load_explicit(&rt.fibers_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&rt.fibers_peak, &peak, now,
+                                                              memory_order_relaxed, memory_order_relaxed)) {
+  }
+  return now;
+}
+
 void weft__fiber_get_stats(weft__fiber_stats *out) {
   weft__carrier_counters s;
   counters_sum(&s);
+#define GET(f) atomic_load_explicit(&s.f, memory_order_relaxed)
   out->live = atomic_load(&rt.live);
-  out->spawned = atomic_load_explicit(&s.started, memory_order_relaxed);
+  out->spawned = GET(started);
+  out->finished = GET(finished);
+  out->parks = GET(parks);
+  out->yields = GET(yields);
+  out->sleeps = GET(sleeps);
+  out->polls = GET(polls);
+  out->steals = GET(steals);
+#undef GET
   out->stacks_in_use = weft__stack_in_use();
-  out->steals = atomic_load_explicit(&s.steals, memory_order_relaxed);
+  out->fibers = weft__fibers_running() ? weft__fibers_now() : 0;
+  out->fibers_peak = atomic_load_explicit(&rt.fibers_peak, memory_order_relaxed);
+  out->extra_started = atomic_load_explicit(&rt.extra_started, memory_order_relaxed);
 }
 
 /* --- waking idle carriers ------------------------------------------------------ */
@@ -656,8 +680,6 @@ static void report_pinned(weft__carrier *c, weft__fiber *f) {
 
 /* From the scheduler into fiber f, until it switches back. */
 static void run_fiber(weft__carrier *c, weft__fiber *f) {
-  /* A dump is reading this fiber's stack: wait for it (a few microseconds; see fiber/dump.c). */
-  while (WEFT__UNLIKELY(atomic_load_explicit(&f->dump_pin, memory_order_acquire))) weft__cpu_relax();
   atomic_store_explicit(&f->state, WEFT__FS_RUNNING, memory_order_relaxed);
   c->current = f;
   atomic_store_explicit(&c->slice_seq, ++c->slices, memory_order_relaxed);
@@ -1022,6 +1044,9 @@ static bool work_visible(weft__carrier *c) {
 static weft__fiber *find_runnable(weft__carrier *c) {
   for (;;) {
     c->tick++;
+    /* A dump asked for this carrier's fibers (fiber/dump.c): only here, between fibers, are their stacks
+     * still. */
+    if (WEFT__UNLIKELY(atomic_load_explicit(&c->dump_req, memory_order_acquire) != NULL)) weft__dump_serve(c);
     int64_t next_timer = run_timers(c);
     drain_inbox(c);
     /* The ring's completions (a memory read when nothing is there) and a batch of requests. */
@@ -1240,7 +1265,10 @@ int weft__carrier_start_locked(bool extra) {
     return rc;
   }
   atomic_fetch_add(&rt.nrunning, 1);
-  if (extra) atomic_fetch_add(&rt.nextra, 1);
+  if (extra) {
+    atomic_fetch_add(&rt.nextra, 1);
+    atomic_fetch_add_explicit(&rt.extra_started, 1, memory_order_relaxed);
+  }
   /* Release: stealers that see the new count see the carrier's fields. */
   if (id == n) atomic_store_explicit(&rt.ncarriers, n + 1, memory_order_release);
   return 0;
@@ -1319,7 +1347,9 @@ int weft__fibers_start(void) {
     goto fail;
   }
   rt.settings = s;
-  atomic_store(&rt.state, RT_RUNNING); /* carriers check it as they start */
+  atomic_store_explicit(&weft__coarse_now, weft_now_ns(),
+                        memory_order_relaxed); /* before the monitor's first look */
+  atomic_store(&rt.state, RT_RUNNING);         /* carriers check it as they start */
   for (unsigned i = 0; i < s.carriers; i++) {
     rc = weft__carrier_start_locked(false);
     if (rc < 0) break;

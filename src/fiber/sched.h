@@ -79,15 +79,16 @@ typedef struct weft__carrier {
   pthread_t thread;
 
   /* --- shared --- */
-  WEFT__ALIGNED_CL weft__lock reg_lock;   /* guards reg_head: the owner links and unlinks, dumps walk */
-  weft__fiber *reg_head;                  /* its started fibers, for dumps (fiber.h) */
-  WEFT__ALIGNED_CL weft__lock spawn_lock; /* guards spawn */
-  weft__fq spawn;                         /* unstarted fibers: owner and thieves, under spawn_lock */
-  atomic_size_t spawn_len;                /* spawn.len, readable without the lock (a hint) */
-  WEFT__ALIGNED_CL weft__lock inbox_lock; /* guards inbox */
-  weft__fq inbox;                         /* fibers readied by other threads */
-  atomic_size_t inbox_len;                /* inbox.len, readable without the lock (a hint) */
-  WEFT__ALIGNED_CL weft__poller poller;   /* where the carrier sleeps */
+  struct weft__dump_req *_Atomic dump_req; /* a dump waiting for this carrier to list its fibers (dump.c) */
+  WEFT__ALIGNED_CL weft__lock reg_lock;    /* guards reg_head: the owner links and unlinks, dumps walk */
+  weft__fiber *reg_head;                   /* its started fibers, for dumps (fiber.h) */
+  WEFT__ALIGNED_CL weft__lock spawn_lock;  /* guards spawn */
+  weft__fq spawn;                          /* unstarted fibers: owner and thieves, under spawn_lock */
+  atomic_size_t spawn_len;                 /* spawn.len, readable without the lock (a hint) */
+  WEFT__ALIGNED_CL weft__lock inbox_lock;  /* guards inbox */
+  weft__fq inbox;                          /* fibers readied by other threads */
+  atomic_size_t inbox_len;                 /* inbox.len, readable without the lock (a hint) */
+  WEFT__ALIGNED_CL weft__poller poller;    /* where the carrier sleeps */
   /*
    * The pinning monitor's view of the carrier, as Go's sysmon sees a P
    * through its schedtick: the owner adds one when a fiber is switched in
@@ -127,6 +128,8 @@ typedef struct weft__rt {
   WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done, and open sources */
   atomic_bool quiesce_waiting;                /* shutdown waits for live == 0 */
   weft__carrier_counters gone;                /* the counters of carriers since freed (stats) */
+  atomic_uint_fast64_t fibers_peak;           /* most fibers live at once, sampled (weft__fibers_now) */
+  atomic_uint_fast64_t extra_started;         /* compensation carriers started (stats) */
   atomic_uint_fast64_t next_id;               /* fiber ids are handed out in blocks from here */
   pthread_t monitor;                          /* the pinning monitor's thread (monitor.c) */
   bool monitor_running;                       /* under mu */
@@ -150,8 +153,14 @@ int weft__carrier_start_locked(bool extra);
 /* Join carriers that retired (their threads have ended). Called with rt.mu held. */
 void weft__carriers_reap_locked(void);
 
+/* Fibers started and not ended plus unstarted ones queued; updates the sampled peak. */
+uint64_t weft__fibers_now(void);
+
 /* Unstarted fibers waiting anywhere (global queue and spawn queues), plus open sources. */
 size_t weft__unstarted_count(void);
+
+/* A dump's request to carrier c (dump.c): served by c between fibers. */
+void weft__dump_serve(weft__carrier *c);
 
 /* The pinning monitor (monitor.c): started and stopped with the runtime, under rt.mu. */
 int weft__monitor_start(void);

@@ -235,11 +235,13 @@ enum { TLS_NEW = 0, TLS_LIVE = 1, TLS_DEAD = 2 };
 
 /* Per-thread state: the stack cache. */
 typedef struct tls_state {
-  stack_slot *head;       /* cached stacks, most recently freed first; only this thread (or fini) */
-  size_t n;               /* stacks in head */
-  _Atomic int64_t delta;  /* allocations minus frees by this thread: written by it, summed by anyone */
-  int state;              /* TLS_NEW until registered; TLS_DEAD once the key destructor ran */
-  struct tls_state *prev; /* registry links: pool.lock */
+  stack_slot *head;            /* cached stacks, most recently freed first; only this thread (or fini) */
+  size_t n;                    /* stacks in head */
+  _Atomic int64_t delta;       /* allocations minus frees by this thread: written by it, summed by anyone */
+  atomic_uint_fast64_t hits;   /* allocations served by this cache: written by it, summed by anyone */
+  atomic_uint_fast64_t misses; /* allocations that went to the pool or carved */
+  int state;                   /* TLS_NEW until registered; TLS_DEAD once the key destructor ran */
+  struct tls_state *prev;      /* registry links: pool.lock */
   struct tls_state *next;
 } tls_state;
 
@@ -249,20 +251,21 @@ static __thread tls_state tls;
  * unless it says otherwise. */
 static struct {
   pthread_mutex_t lock;
-  chunk *chunks;                /* live chunks, oldest first: allocation prefers the old end */
-  chunk *chunks_tail;           /* the newest: trims start here */
-  chunk *cur;                   /* the chunk arenas are carved from, or NULL when it is full */
-  chunk *first_free;            /* no chunk older than this has pooled stacks (a search start) */
-  size_t nreleasable;           /* chunks a trim would unmap (chunk_recount_locked) */
-  chunk *orphans;               /* chunks of earlier generations with stacks still taken */
-  size_t nchunks;               /* in chunks */
-  size_t nfree;                 /* pooled stacks (in arenas' lists, busy arenas excluded) */
-  size_t ndirty;                /* of which dirty */
-  size_t next_chunk_arenas;     /* capacity of the next chunk to map */
-  uint64_t chunk_seq;           /* numbers chunks in creation order */
-  tls_state *threads;           /* registered thread caches (live threads) */
-  int64_t exited_delta;         /* deltas of threads that have exited */
-  _Atomic int64_t orphan_delta; /* deltas counted by threads without a registered cache */
+  chunk *chunks;                       /* live chunks, oldest first: allocation prefers the old end */
+  chunk *chunks_tail;                  /* the newest: trims start here */
+  chunk *cur;                          /* the chunk arenas are carved from, or NULL when it is full */
+  chunk *first_free;                   /* no chunk older than this has pooled stacks (a search start) */
+  size_t nreleasable;                  /* chunks a trim would unmap (chunk_recount_locked) */
+  chunk *orphans;                      /* chunks of earlier generations with stacks still taken */
+  size_t nchunks;                      /* in chunks */
+  size_t nfree;                        /* pooled stacks (in arenas' lists, busy arenas excluded) */
+  size_t ndirty;                       /* of which dirty */
+  size_t next_chunk_arenas;            /* capacity of the next chunk to map */
+  uint64_t chunk_seq;                  /* numbers chunks in creation order */
+  tls_state *threads;                  /* registered thread caches (live threads) */
+  int64_t exited_delta;                /* deltas of threads that have exited */
+  uint64_t exited_hits, exited_misses; /* their cache counts */
+  _Atomic int64_t orphan_delta;        /* deltas counted by threads without a registered cache */
   /* Configuration: written by init and fini only, while no other thread uses the allocator. */
   _Atomic unsigned gen;  /* generation: bumped by every init and fini */
   atomic_bool ready;     /* between init and fini */
@@ -1134,9 +1137,13 @@ int weft__stack_alloc(void **base, size_t *size, void **cookie) {
   if (WEFT__LIKELY(s != NULL)) {
     t->head = s->next;
     t->n--;
+    atomic_store_explicit(&t->hits, atomic_load_explicit(&t->hits, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
   } else {
     int r = alloc_slow(t, &s);
     if (r != 0) return r;
+    atomic_store_explicit(&t->misses, atomic_load_explicit(&t->misses, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
   }
   count_in_use(t, 1);
   s->dirty = 1;
@@ -1217,6 +1224,8 @@ static void tls_destructor(void *arg) {
     pool.threads = t->next;
   if (t->next) t->next->prev = t->prev;
   pool.exited_delta += atomic_load_explicit(&t->delta, memory_order_relaxed);
+  pool.exited_hits += atomic_load_explicit(&t->hits, memory_order_relaxed);
+  pool.exited_misses += atomic_load_explicit(&t->misses, memory_order_relaxed);
   atomic_store_explicit(&t->delta, 0, memory_order_relaxed);
   t->state = TLS_DEAD;
   pthread_mutex_unlock(&pool.lock);
@@ -1257,6 +1266,13 @@ size_t weft__stack_in_use(void) {
 void weft__stack_get_stats(weft__stack_stats *out) {
   out->in_use = weft__stack_in_use();
   pthread_mutex_lock(&pool.lock);
+  out->cache_hits = pool.exited_hits;
+  out->cache_misses = pool.exited_misses;
+  for (tls_state *t = pool.threads; t; t = t->next) {
+    out->cache_hits += atomic_load_explicit(&t->hits, memory_order_relaxed);
+    out->cache_misses += atomic_load_explicit(&t->misses, memory_order_relaxed);
+  }
+  out->stride = pool.stride;
   out->pooled = pool.nfree;
   out->pooled_dirty = pool.ndirty;
   out->chunks = pool.nchunks;

@@ -120,6 +120,9 @@ typedef struct weft__stack_stats {
   uint64_t released;     /* stacks unmapped since init (with their mapping) */
   uint64_t trimmed;      /* stacks whose pages a trim gave back since init */
   uint64_t guard_calls;  /* system calls that installed guards since init */
+  uint64_t cache_hits;   /* allocations served by a thread's cache (registered threads, ever) */
+  uint64_t cache_misses; /* allocations that went to the pool or carved an arena */
+  size_t stride;         /* address space per stack, guard included */
 } weft__stack_stats;
 void weft__stack_get_stats(weft__stack_stats *out);
 

@@ -56,4 +56,7 @@ void weft__uring_fini(weft__poller *p);
 /* True once a ring has been set up in this process (for weft_get_info). */
 bool weft__uring_in_use(void);
 
+/* io_uring_submit calls so far, all carriers (weft_get_stats). */
+uint64_t weft__uring_submissions(void);
+
 #endif /* WEFT_IO_URING_H */

@@ -29,3 +29,4 @@ int weft__uring_reap(weft__poller *p) {
 }
 void weft__uring_fini(weft__poller *p) { WEFT__UNUSED(p); }
 bool weft__uring_in_use(void) { return false; }
+uint64_t weft__uring_submissions(void) { return 0; }

@@ -1,0 +1,29 @@
+/*
+ * This file contains the reading of a suspended context's saved registers
+ * (the frame weft__ctx_switch leaves on the stack it switches away from),
+ * for backtraces of parked fibers: weft_dump, and the gdb extension, which
+ * reads the same frame (share/weft/gdb/weft.py knows both layouts). One file
+ * per architecture implements it, picked by CMake beside the context switch:
+ * frame_x86_64.c, frame_aarch64.c, frame_none.c (ucontext, or no fibers).
+ */
+#ifndef WEFT_FIBER_FRAME_H
+#define WEFT_FIBER_FRAME_H
+
+#include "../internal.h"
+
+/* Enough of a suspended context to unwind from it. */
+typedef struct weft__frame {
+  uintptr_t pc;         /* where it resumes */
+  uintptr_t sp;         /* its stack pointer once resumed (above the saved frame) */
+  uintptr_t fp;         /* its frame pointer */
+  uintptr_t callee[12]; /* the other callee-saved integer registers, in the ABI's order */
+  int ncallee;
+} weft__frame;
+
+/*
+ * Decode the frame at `saved_sp` (a context's saved stack pointer, as
+ * weft__ctx_switch stored it). False where this build cannot (ucontext).
+ */
+bool weft__frame_read(const void *saved_sp, weft__frame *out);
+
+#endif /* WEFT_FIBER_FRAME_H */
