@@ -327,6 +327,131 @@ static void test_dump_signal(void) {
   if (!strstr(err, "weft: fiber dump:")) printf("\n  status %#x:\n%s\n", st, err);
 }
 
+/* --- the deadlock report ------------------------------------------------------------------------------ */
+
+static weft_mutex_t dl_m1, dl_m2;
+static atomic_int dl_holding;
+
+/* Two elements, each holding one mutex and wanting the other's: a true cycle. */
+static int cycle_elem(void *ctx, size_t i) {
+  (void)ctx;
+  weft_mutex_t *mine = i ? &dl_m2 : &dl_m1, *theirs = i ? &dl_m1 : &dl_m2;
+  weft_mutex_lock(mine);
+  atomic_fetch_add(&dl_holding, 1);
+  while (atomic_load(&dl_holding) < 2) weft_sleep_ns(1 * MS);
+  weft_mutex_lock(theirs); /* never */
+  return 0;
+}
+
+static void *cycle_thread(void *arg) {
+  (void)arg;
+  weft_pmap(2, cycle_elem, NULL, &blocking);
+  return NULL;
+}
+
+/* Waits that something will end: sleeps, a pipe a thread writes, a CPU future, an offloaded call. */
+static int dl_pipe[2];
+static int quiet_elem(void *ctx, size_t i) {
+  (void)ctx;
+  char b;
+  switch (i) {
+  case 0:
+    return weft_sleep_ns(1300 * MS);
+  case 1:
+    return weft_read(dl_pipe[0], &b, 1, -1) == 1 ? 0 : 1;
+  default:
+    return 0;
+  }
+}
+
+static void *cpu_busy(void *arg) {
+  (void)arg;
+  int64_t t0 = weft_now_ns();
+  volatile uint64_t x = 0;
+  while (weft_now_ns() - t0 < 1300 * MS) x++;
+  return NULL;
+}
+
+static void *offload_sleep(void *arg) {
+  (void)arg;
+  weft_test_sleep_ms(1300);
+  return NULL;
+}
+
+static void *wait_cpu_future(void *arg) {
+  (void)arg;
+  weft_future *f;
+  if (weft_future_start(WEFT_CPU, cpu_busy, NULL, &f) != 0) return NULL;
+  weft_future_get(f, -1, NULL);
+  weft_future_free(f);
+  return NULL;
+}
+
+static void *wait_offload(void *arg) {
+  (void)arg;
+  weft_blocking(offload_sleep, NULL, NULL);
+  return NULL;
+}
+
+static void *quiet_map(void *arg) {
+  (void)arg;
+  return (void *)(intptr_t)weft_pmap(2, quiet_elem, NULL, &blocking);
+}
+
+static void *late_writer(void *arg) {
+  (void)arg;
+  weft_test_sleep_ms(1200);
+  char b = 1;
+  ssize_t w = write(dl_pipe[1], &b, 1);
+  (void)w;
+  return NULL;
+}
+
+/* Child 0: the cycle, never broken. Child 1: fibers that a timer, a descriptor, a CPU future and an
+ * offloaded call wake after 1.2-1.3 s, four times the report's 300 ms. */
+static void deadlock_child(void *arg) {
+  int which = (int)(intptr_t)arg;
+  setenv("WEFT_DEADLOCK_MS", "300", 1);
+  alarm(20);
+  pthread_t t;
+  if (which == 0) {
+    weft_mutex_init(&dl_m1);
+    weft_mutex_init(&dl_m2);
+    pthread_create(&t, NULL, cycle_thread, NULL);
+    weft_test_sleep_ms(1500);
+    _exit(0); /* the cycle is never broken: the report must have come meanwhile */
+  }
+  if (pipe(dl_pipe) != 0) _exit(2);
+  weft_future *a, *b, *m;
+  if (weft_future_start(WEFT_BLOCKING, wait_cpu_future, NULL, &a) != 0 ||
+      weft_future_start(WEFT_BLOCKING, wait_offload, NULL, &b) != 0 ||
+      weft_future_start(WEFT_BLOCKING, quiet_map, NULL, &m) != 0)
+    _exit(3);
+  pthread_create(&t, NULL, late_writer, NULL);
+  void *r = (void *)1;
+  if (weft_future_get(a, -1, NULL) != 0 || weft_future_get(b, -1, NULL) != 0 ||
+      weft_future_get(m, -1, &r) != 0 || r != NULL)
+    _exit(4);
+  pthread_join(t, NULL);
+  _exit(0);
+}
+
+/* The true cycle is reported, with the dump; nothing is reported for fibers that something will wake. */
+static void test_deadlock_report(void) {
+  if (!weft_test_fibers_expected() || weft_test_qemu()) return;
+  char err[16384];
+  int st = weft_test_child(deadlock_child, (void *)(intptr_t)0, err, sizeof err);
+  CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CU_ASSERT(strstr(err, "2 fibers parked with nothing to wake them") != NULL);
+  CU_ASSERT(has_line(err, "parked", "mutex", "pmap element"));
+  if (!strstr(err, "parked with nothing to wake them")) printf("\n  the cycle, status %#x:\n%s\n", st, err);
+  st = weft_test_child(deadlock_child, (void *)(intptr_t)1, err, sizeof err);
+  CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CU_ASSERT(strstr(err, "nothing to wake them") == NULL);
+  if (strstr(err, "nothing to wake them") || !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+    printf("\n  waits that end, status %#x:\n%s\n", st, err);
+}
+
 /* --- counters ---------------------------------------------------------------------------------------- */
 
 static int stats_elem(void *ctx, size_t i) {
@@ -390,13 +515,10 @@ int main(int argc, char **argv) {
   }
   weft_shutdown();
   static const weft_test tests[] = {
-      {"dump_waits", test_dump_waits},
-      {"dump_stacks", test_dump_stacks},
-      {"dump_stress", test_dump_stress},
-      {"dump_bad_input", test_dump_bad_input},
-      {"dump_signal", test_dump_signal},
-      {"stats_add_up", test_stats_add_up},
-      {NULL, NULL},
+      {"dump_waits", test_dump_waits},     {"dump_stacks", test_dump_stacks},
+      {"dump_stress", test_dump_stress},   {"dump_bad_input", test_dump_bad_input},
+      {"dump_signal", test_dump_signal},   {"deadlock_report", test_deadlock_report},
+      {"stats_add_up", test_stats_add_up}, {NULL, NULL},
   };
   return weft_test_run(argc, argv, "inspect", tests);
 }

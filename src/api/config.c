@@ -61,6 +61,9 @@ void weft__settings_get(weft__settings *s) {
   /* Environment only (a diagnostic, like WEFT_TRACE_PINNED): 1 or on, 2 for every call. */
   unsigned ex = env_unsigned("WEFT_EXPLAIN", weft__env_bool("WEFT_EXPLAIN") == 1 ? 1 : 0);
   s->explain = ex > 2 ? 2 : ex;
+  /* Environment only (a diagnostic); "0" turns the report off, which env_unsigned would read as unset. */
+  const char *dl = getenv("WEFT_DEADLOCK_MS");
+  s->deadlock_ms = dl && strcmp(dl, "0") == 0 ? 0 : env_unsigned("WEFT_DEADLOCK_MS", 10000);
 }
 
 int weft_configure(const weft_config *cfg) {

@@ -299,7 +299,9 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
 
   weft__waiter w;
   weft__waiter_init(&w, true);
-  weft__waiter_on(&w, WEFT__WAIT_FUTURE, f);
+  weft__waiter_on(
+      &w, atomic_load_explicit(&f->on_cpu, memory_order_relaxed) ? WEFT__WAIT_FUTURE_CPU : WEFT__WAIT_FUTURE,
+      f);
   weft__lock_acquire(&f->lock);
   s = atomic_load_explicit(&f->state, memory_order_acquire);
   if (s >= F_DONE) {

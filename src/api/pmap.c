@@ -66,6 +66,7 @@ int weft__pmap_cpu(weft__range *r) {
     rj.job.run = range_job_run;
     /* Not cancellable: the elements use this frame until the last one ends. */
     weft__waiter_init(&rj.w, false);
+    weft__waiter_on(&rj.w, WEFT__WAIT_CPU, r);
     if (weft__cpu_submit(&rj.job) == 0)
       weft__waiter_wait(&rj.w, -1);
     else

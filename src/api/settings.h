@@ -17,6 +17,7 @@ typedef struct weft__settings {
   bool io_uring;             /* WEFT_IO_URING */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX */
   unsigned explain; /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */
+  unsigned deadlock_ms; /* WEFT_DEADLOCK_MS: report fibers parked with nothing to wake them; 0 off */
 } weft__settings;
 
 void weft__settings_get(weft__settings *s);

@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "../io/offload.h"
 #include "../sys.h"
 #include "sched.h"
 
@@ -53,6 +54,98 @@ static void timed_wait(int64_t ns) {
   ts.tv_sec = (time_t)(t / 1000000000);
   ts.tv_nsec = (long)(t % 1000000000);
   pthread_cond_timedwait(&rt.monitor_cv, &rt.monitor_mu, &ts);
+}
+
+/*
+ * The deadlock report (docs/debugging.md). Progress is the sum of the
+ * carriers' switch counters; when it has not moved for WEFT_DEADLOCK_MS,
+ * the monitor looks at every started fiber (under each carrier's reg_lock):
+ * if all of them are parked on weft's own synchronisation with no deadline
+ * (so no timer, descriptor, file operation, offloaded call or CPU future
+ * can wake them), no work is queued and no offloaded call runs, it writes
+ * one report and the dump, and goes on. It reports again only after
+ * progress. Any doubt (a fiber running or runnable, a wait of another kind,
+ * a deadline) means no report: never a false one for fibers waiting on
+ * time, I/O or a thread of weft's.
+ */
+static struct {
+  uint64_t progress; /* the switch counters' sum when the window started */
+  int64_t since;     /* when it started */
+  bool reported;     /* the report for this stall was written */
+} dl;
+
+static bool sync_wait(unsigned kind) {
+  switch (kind) {
+  case WEFT__WAIT_MUTEX:
+  case WEFT__WAIT_COND:
+  case WEFT__WAIT_SEM:
+  case WEFT__WAIT_CHAN_SEND:
+  case WEFT__WAIT_CHAN_RECV:
+  case WEFT__WAIT_FUTURE:
+  case WEFT__WAIT_MAP:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* How many fibers are stuck, or 0 when something could still move (see above). */
+static size_t stuck_fibers(void) {
+  /* Unstarted fibers, or a map that still has elements to start (an open source whose elements are all
+   * claimed only waits for its fibers, which are looked at below). */
+  if (weft__unstarted_count() > atomic_load_explicit(&rt.nsources, memory_order_relaxed) || weft__sources_want())
+    return 0;
+  weft__offload_stats os;
+  weft__offload_get_stats(&os);
+  if (os.running || os.queued) return 0;
+  size_t n = 0;
+  unsigned nc = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < nc; i++) {
+    weft__carrier *c = rt.carriers[i];
+    if (atomic_load_explicit(&c->status, memory_order_relaxed) != WEFT__C_RUNNING) continue;
+    if (atomic_load_explicit(&c->slice_seq, memory_order_relaxed) & 1) return 0; /* a fiber runs */
+    bool ok = true;
+    weft__lock_acquire(&c->reg_lock);
+    for (weft__fiber *f = c->reg_head; f && ok; f = f->reg_next) {
+      ok = atomic_load_explicit(&f->state, memory_order_relaxed) == WEFT__FS_PARKED &&
+           sync_wait(atomic_load_explicit(&f->wait_kind, memory_order_relaxed)) &&
+           atomic_load_explicit(&f->wait_deadline, memory_order_relaxed) < 0;
+      n++;
+    }
+    weft__lock_release(&c->reg_lock);
+    if (!ok) return 0;
+  }
+  return n;
+}
+
+static void deadlock_check(int64_t now) {
+  int64_t window = (int64_t)rt.settings.deadlock_ms * 1000000;
+  if (window <= 0 || atomic_load(&rt.live) == 0) {
+    dl.since = 0;
+    return;
+  }
+  uint64_t p = 0;
+  unsigned nc = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < nc; i++)
+    p += atomic_load_explicit(&rt.carriers[i]->slice_seq, memory_order_relaxed);
+  if (p != dl.progress || dl.since == 0) {
+    dl.progress = p;
+    dl.since = now;
+    dl.reported = false;
+    return;
+  }
+  if (dl.reported || now - dl.since < window) return;
+  size_t n = stuck_fibers();
+  if (n == 0) {
+    dl.since = now; /* not stuck, only quiet (waits on time or I/O): look again after another window */
+    return;
+  }
+  dl.reported = true;
+  weft__warn(
+      "%zu fibers parked with nothing to wake them for %.1f s (a deadlock among fibers, unless a thread "
+      "outside weft wakes them); the dump follows",
+      n, (double)(now - dl.since) / 1e9);
+  weft__fibers_dump(2, true);
 }
 
 /* One look at every carrier: flag pinned ones, compensate; returns whether any ran a fiber. */
@@ -85,6 +178,7 @@ static bool look(int64_t threshold_ns) {
       }
     }
   }
+  deadlock_check(now);
   size_t waiting = pinned ? weft__unstarted_count() : 0;
   if ((pinned && waiting) || retired) {
     /* trylock: shutdown holds rt.mu while it stops this thread. */

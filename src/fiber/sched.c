@@ -418,7 +418,7 @@ int weft__source_open(weft__source *s, unsigned want) {
 }
 
 /* Does any open source want a fiber from an idle carrier? (Before it sleeps: see work_visible.) */
-static bool sources_want(void) {
+bool weft__sources_want(void) {
   if (atomic_load(&rt.nsources) == 0) return false;
   bool w = false;
   weft__lock_acquire(&rt.src_lock);
@@ -1037,7 +1037,7 @@ static bool work_visible(weft__carrier *c) {
   for (unsigned i = 0; i < n; i++)
     if (atomic_load(&rt.carriers[i]->spawn_len)) return true;
   /* A source counts only if it would give this carrier a fiber: one at its limit must not keep it awake. */
-  return sources_want();
+  return weft__sources_want();
 }
 
 /* The next fiber to run, sleeping when there is none; NULL when the runtime stops. */
@@ -1347,6 +1347,8 @@ int weft__fibers_start(void) {
     goto fail;
   }
   rt.settings = s;
+  /* Keep the gdb extension's table (debug.c) in a static link too: this is its one reference. */
+  __asm__ volatile("" : : "r"(weft__debug_layout) : "memory");
   atomic_store_explicit(&weft__coarse_now, weft_now_ns(),
                         memory_order_relaxed); /* before the monitor's first look */
   atomic_store(&rt.state, RT_RUNNING);         /* carriers check it as they start */

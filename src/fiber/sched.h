@@ -153,11 +153,17 @@ int weft__carrier_start_locked(bool extra);
 /* Join carriers that retired (their threads have ended). Called with rt.mu held. */
 void weft__carriers_reap_locked(void);
 
+/* Would an open source give an idle carrier a fiber now? (Takes the source lock.) */
+bool weft__sources_want(void);
+
 /* Fibers started and not ended plus unstarted ones queued; updates the sampled peak. */
 uint64_t weft__fibers_now(void);
 
 /* Unstarted fibers waiting anywhere (global queue and spawn queues), plus open sources. */
 size_t weft__unstarted_count(void);
+
+/* The layout table of the gdb extension (debug.c). */
+extern const uint64_t weft__debug_layout[];
 
 /* A dump's request to carrier c (dump.c): served by c between fibers. */
 void weft__dump_serve(weft__carrier *c);

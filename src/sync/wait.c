@@ -57,8 +57,8 @@ weft__fiber *weft__parkable_self(void) {
 }
 
 const char *const weft__wait_names[WEFT__WAIT_KINDS] = {
-    "none", "other",     "sleep",     "read",   "write",   "file",    "mutex", "cond",
-    "sem",  "chan-send", "chan-recv", "future", "offload", "cpu-map", "map"};
+    "none", "other",     "sleep",     "read",   "write",      "file",    "mutex",   "cond",
+    "sem",  "chan-send", "chan-recv", "future", "future-cpu", "offload", "cpu-map", "map"};
 
 void weft__waiter_init(weft__waiter *w, bool cancellable) {
   w->kind = WEFT__WAIT_OTHER;

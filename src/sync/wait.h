@@ -38,19 +38,20 @@ enum {
 enum {
   WEFT__WAIT_NONE = 0, /* running, or runnable */
   WEFT__WAIT_OTHER,
-  WEFT__WAIT_SLEEP,     /* weft_sleep_ns / weft_sleep_until: until the deadline */
-  WEFT__WAIT_READ,      /* a descriptor to become readable (arg: the descriptor) */
-  WEFT__WAIT_WRITE,     /* ... writable */
-  WEFT__WAIT_FILE,      /* a regular-file operation in the carrier's io_uring */
-  WEFT__WAIT_MUTEX,     /* weft_mutex_lock */
-  WEFT__WAIT_COND,      /* weft_cond_wait */
-  WEFT__WAIT_SEM,       /* weft_sem_wait */
-  WEFT__WAIT_CHAN_SEND, /* weft_chan_send */
-  WEFT__WAIT_CHAN_RECV, /* weft_chan_recv */
-  WEFT__WAIT_FUTURE,    /* weft_future_get */
-  WEFT__WAIT_OFFLOAD,   /* weft_blocking: a call running on the offload pool */
-  WEFT__WAIT_CPU,       /* a CPU map handed to weft's OpenMP team */
-  WEFT__WAIT_MAP,       /* a blocking map's caller, for its elements */
+  WEFT__WAIT_SLEEP,      /* weft_sleep_ns / weft_sleep_until: until the deadline */
+  WEFT__WAIT_READ,       /* a descriptor to become readable (arg: the descriptor) */
+  WEFT__WAIT_WRITE,      /* ... writable */
+  WEFT__WAIT_FILE,       /* a regular-file operation in the carrier's io_uring */
+  WEFT__WAIT_MUTEX,      /* weft_mutex_lock */
+  WEFT__WAIT_COND,       /* weft_cond_wait */
+  WEFT__WAIT_SEM,        /* weft_sem_wait */
+  WEFT__WAIT_CHAN_SEND,  /* weft_chan_send */
+  WEFT__WAIT_CHAN_RECV,  /* weft_chan_recv */
+  WEFT__WAIT_FUTURE,     /* weft_future_get of a BLOCKING future (its fiber wakes us) */
+  WEFT__WAIT_FUTURE_CPU, /* weft_future_get of a future that runs on the CPU path (a thread wakes us) */
+  WEFT__WAIT_OFFLOAD,    /* weft_blocking: a call running on the offload pool */
+  WEFT__WAIT_CPU,        /* a CPU map handed to weft's OpenMP team */
+  WEFT__WAIT_MAP,        /* a blocking map's caller, for its elements */
   WEFT__WAIT_KINDS
 };
 
