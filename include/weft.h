@@ -268,6 +268,14 @@ WEFT_EXTERN unsigned weft_carrier_count(void);
  * the map's caller, or on the program's own OpenMP threads, is not weft's
  * work in flight: there it returns, but the map's other elements may still
  * start weft work afterwards.)
+ *
+ * A program need not call it: it may return from main or call exit() (from
+ * any thread, a fiber or a CPU future included) with work in flight, and it
+ * ends with its own status. The program's atexit handlers may still use weft
+ * and call weft_shutdown; after them weft's destructor stops its threads
+ * between one piece of work and the next (waiting a second at most for the
+ * running ones) so that the OpenMP runtime's own teardown finds none of them
+ * inside it. Work not finished by then is abandoned, as a thread's is.
  */
 WEFT_EXTERN void weft_shutdown(void);
 

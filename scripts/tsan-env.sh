@@ -18,7 +18,10 @@ else
 fi
 # die_after_fork=0: the suites fork children that start threads (death tests, fork tests);
 # TSan supports that only in this mode.
+# ignore_noninstrumented_modules=1: what archer asks for (it warns on every start without it):
+# accesses inside the uninstrumented OpenMP runtime are not reported; archer tells TSan its
+# synchronisation instead.
 # report_thread_leaks=0: the OpenMP runtime keeps its worker threads for the process's life
 # and never joins them; weft's own threads are checked by every suite (weft__threads_alive).
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 history_size=4 die_after_fork=0 report_thread_leaks=0 suppressions=$here/tsan.supp ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1 second_deadlock_stack=1 history_size=4 die_after_fork=0 report_thread_leaks=0 suppressions=$here/tsan.supp ${TSAN_OPTIONS:-}"
 exec "$@"

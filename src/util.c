@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static void vwrite_line(const char *fmt, va_list ap) {
@@ -110,12 +111,53 @@ int weft__env_bool(const char *name) {
   return -1;
 }
 
+/* --- the end of the process --------------------------------------------------- */
+
+/* How long the destructor waits, in all, for weft's threads to be still. */
+#define EXIT_WAIT_NS (1000 * 1000000LL)
+
+static struct {
+  pthread_mutex_t mu;
+  unsigned n;
+  void (*begin[WEFT__EXIT_HOOKS])(void);
+  void (*wait[WEFT__EXIT_HOOKS])(int64_t deadline);
+} exit_hooks = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+void weft__on_exit(void (*begin)(void), void (*wait)(int64_t deadline)) {
+  pthread_mutex_lock(&exit_hooks.mu);
+  if (exit_hooks.n == WEFT__EXIT_HOOKS) weft__die("internal: more than %d exit hooks", WEFT__EXIT_HOOKS);
+  exit_hooks.begin[exit_hooks.n] = begin;
+  exit_hooks.wait[exit_hooks.n] = wait;
+  exit_hooks.n++;
+  pthread_mutex_unlock(&exit_hooks.mu);
+}
+
+/*
+ * A destructor, not an atexit handler: it runs after every atexit handler of
+ * the program, and a library's destructors run before those of the libraries
+ * it depends on (the OpenMP runtime's), as the executable's run before all.
+ */
+__attribute__((destructor)) static void weft_at_exit(void) {
+  pthread_mutex_lock(&exit_hooks.mu);
+  unsigned n = exit_hooks.n;
+  pthread_mutex_unlock(&exit_hooks.mu);
+  if (n == 0) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t deadline = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + EXIT_WAIT_NS;
+  for (unsigned i = 0; i < n; i++) exit_hooks.begin[i]();
+  for (unsigned i = 0; i < n; i++) exit_hooks.wait[i](deadline);
+}
+
 /* weft's threads running now, for the tests' leak checks (names are inherited, so they cannot tell). */
 static atomic_int live_threads;
 
 int weft__threads_alive(void) { return atomic_load(&live_threads); }
 
-void weft__threads_atfork_child(void) { atomic_store(&live_threads, 0); }
+void weft__threads_atfork_child(void) {
+  atomic_store(&live_threads, 0);
+  pthread_mutex_init(&exit_hooks.mu, NULL);
+}
 
 typedef struct thread_start {
   void *(*fn)(void *);

@@ -88,6 +88,7 @@ static struct {
   bool stopping;          /* weft__cpu_shutdown is waiting for the queue to drain */
   bool flush;             /* libomp: shutdown wants the team closed now, the thread kept */
   bool idle;              /* the host thread waits for work with its team closed */
+  bool exiting;           /* the process is exiting: no job starts, the team stays closed */
   bool waiting;           /* someone waits on cv: submit signals only then */
   pthread_cond_t idle_cv; /* shutdown waits here for idle (libomp) */
   bool cv_ready;          /* cv was initialised with CLOCK_MONOTONIC */
@@ -224,12 +225,13 @@ static void host_cv_init(void) {
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&host.cv, &a);
+  pthread_cond_init(&host.idle_cv, &a);
   pthread_condattr_destroy(&a);
-  pthread_cond_init(&host.idle_cv, NULL);
   host.cv_ready = true;
 }
 
 static weft__job *host_pop(void) {
+  if (host.exiting) return NULL; /* queued jobs are dropped: no one is left to wait for them */
   weft__job *j = host.head;
   if (j) {
     host.head = j->next;
@@ -281,7 +283,7 @@ static void dispatch(bool alone) {
     }
     /* Acquire pairs with host_task's release: the jobs' effects are visible. */
     if (atomic_load_explicit(&host.active, memory_order_acquire) == 0) {
-      if (host.stopping || host.flush) break;
+      if (host.stopping || host.flush || host.exiting) break;
       int64_t now = mono_ns();
       if (!idle_since) idle_since = now;
       if (now - idle_since >= LINGER_NS) break;
@@ -300,7 +302,7 @@ static void *host_main(void *arg) {
   int workers = omp_get_max_threads();
   pthread_mutex_lock(&host.mu);
   for (;;) {
-    while (!host.head && !host.stopping) {
+    while ((!host.head || host.exiting) && !host.stopping) {
       host.idle = true;
       pthread_cond_broadcast(&host.idle_cv);
       host.waiting = true;
@@ -308,7 +310,7 @@ static void *host_main(void *arg) {
       host.waiting = false;
       host.idle = false;
     }
-    if (!host.head && host.stopping) break;
+    if ((!host.head || host.exiting) && host.stopping) break;
     pthread_mutex_unlock(&host.mu);
 #pragma omp parallel num_threads(workers + 1)
     {
@@ -325,6 +327,38 @@ static void *host_main(void *arg) {
 }
 
 static int host_submit(weft__job *j);
+
+/*
+ * A process may end (return from main, exit) without weft_shutdown while the
+ * host team lingers open (LINGER_NS) or runs. LLVM's libomp then fails in
+ * its teardown, which finds a team of another root thread still open
+ * ("Thread identifier invalid", a SIGSEGV or an assertion: always under
+ * TSan, about once in 20-60 exits otherwise; a plain OpenMP program with a
+ * region open on a second thread at exit fails the same way). So weft's
+ * destructor, which runs before libomp's teardown (sys.h), stops new jobs
+ * (queued ones are dropped, as every thread's work is at exit), lets the
+ * dispatcher close the team as soon as the running tasks end, and waits for
+ * that until the deadline. On a thread of the host team (a CPU future that
+ * calls exit) it cannot wait for its own team: it only stops new jobs.
+ */
+static void exit_begin(void) {
+  pthread_mutex_lock(&host.mu);
+  host.exiting = true;
+  pthread_cond_broadcast(&host.cv);
+  pthread_mutex_unlock(&host.mu);
+}
+
+static void exit_wait(int64_t deadline) {
+  if (tls_in_host) return;
+  struct timespec ts = {(time_t)(deadline / 1000000000), (long)(deadline % 1000000000)};
+  pthread_mutex_lock(&host.mu);
+  while (host.thread_started && !host.idle)
+    if (pthread_cond_timedwait(&host.idle_cv, &host.mu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&host.mu);
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static void exit_register(void) { weft__on_exit(exit_begin, exit_wait); }
 
 /* The job being handed to the runtime by this thread, to spot a task run at once. */
 static __thread weft__job *tls_submitting;
@@ -373,6 +407,7 @@ static int host_submit(weft__job *j) {
       return rc;
     }
     host.thread_started = true;
+    pthread_once(&exit_once, exit_register);
   }
   j->next = NULL;
   if (host.tail)
@@ -412,7 +447,7 @@ void weft__cpu_shutdown(void) {
      */
     host.flush = true;
     pthread_cond_broadcast(&host.cv);
-    while (!(host.idle && !host.head)) pthread_cond_wait(&host.idle_cv, &host.mu);
+    while (!(host.idle && (!host.head || host.exiting))) pthread_cond_wait(&host.idle_cv, &host.mu);
     host.flush = false;
     pthread_mutex_unlock(&host.mu);
     weft__pool_shutdown();
@@ -438,6 +473,7 @@ void weft__cpu_atfork_child(void) {
   host.stopping = false;
   host.flush = false;
   host.idle = false;
+  host.exiting = false;
   host.waiting = false;
   atomic_store(&host.active, 0);
   tls_in_host = false;

@@ -148,6 +148,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../api/settings.h"
 #include "../io/poller.h"
@@ -1041,8 +1043,52 @@ static bool work_visible(weft__carrier *c) {
 }
 
 /* The next fiber to run, sleeping when there is none; NULL when the runtime stops. */
+/* --- the end of the process without weft_shutdown (sys.h) ------------------------- */
+
+/*
+ * The carriers stop between fibers and stay still until the process is gone:
+ * the fibers that run on, park, wake and start call into the OpenMP runtime
+ * (weft__parkable_self asks it whether they are in a region of their own),
+ * whose teardown follows weft's destructor and fails when a root thread
+ * calls it meanwhile. A running fiber finishes its slice first; one that
+ * never switches (a blocked system call, a loop) holds its carrier past the
+ * deadline, and the process ends anyway.
+ */
+static void carrier_be_still(weft__carrier *c) {
+  atomic_store_explicit(&c->still, true, memory_order_release);
+  for (;;) pause();
+}
+
+static void exit_begin(void) {
+  if (atomic_load_explicit(&rt.state, memory_order_acquire) != RT_RUNNING) return;
+  atomic_store(&rt.ending, true); /* seq_cst: pairs with the carriers' sleep announcement */
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) weft__poller_wake(&rt.carriers[i]->poller);
+}
+
+static void exit_wait(int64_t deadline) {
+  if (!atomic_load(&rt.ending)) return;
+  for (;;) {
+    bool all = true;
+    unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+    for (unsigned i = 0; i < n && all; i++) {
+      weft__carrier *c = rt.carriers[i];
+      /* The carrier that runs this (exit from a fiber) cannot be still: it is the one exiting. */
+      all = c == tls_carrier || atomic_load_explicit(&c->status, memory_order_acquire) != WEFT__C_RUNNING ||
+            atomic_load_explicit(&c->still, memory_order_acquire);
+    }
+    if (all || weft_now_ns() >= deadline) return;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static void exit_register(void) { weft__on_exit(exit_begin, exit_wait); }
+
 static weft__fiber *find_runnable(weft__carrier *c) {
   for (;;) {
+    if (WEFT__UNLIKELY(atomic_load_explicit(&rt.ending, memory_order_relaxed))) carrier_be_still(c);
     c->tick++;
     /* A dump asked for this carrier's fibers (fiber/dump.c): only here, between fibers, are their stacks
      * still. */
@@ -1156,7 +1202,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
 
     /* Announce the sleep, then look once more (the Dekker pair with wakers). */
     weft__poller_prepare_sleep(&c->poller);
-    if (work_visible(c) || atomic_load(&rt.exit)) {
+    if (work_visible(c) || atomic_load(&rt.exit) || atomic_load(&rt.ending)) {
       weft__poller_cancel_sleep(&c->poller);
       continue;
     }
@@ -1336,6 +1382,7 @@ int weft__fibers_start(void) {
     goto out;
   }
   weft__atfork_init();
+  pthread_once(&exit_once, exit_register);
   rc = weft__stack_init(s.stack_size);
   if (rc < 0) goto fail;
   weft__overflow_install();
@@ -1418,6 +1465,7 @@ void weft__fibers_atfork_child(void) {
   pthread_mutex_init(&rt.mu, NULL);
   pthread_cond_init(&rt.quiesce_cv, NULL);
   atomic_store(&rt.state, RT_STOPPED);
+  atomic_store(&rt.ending, false);
   atomic_store(&rt.ncarriers, 0);
   atomic_store(&rt.nrunning, 0);
   atomic_store(&rt.nspinning, 0);

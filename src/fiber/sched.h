@@ -103,6 +103,7 @@ typedef struct weft__carrier {
   uint64_t mon_seq;  /* slice_seq at its last look */
   int64_t mon_since; /* when it first saw mon_seq */
   atomic_int status; /* WEFT__C_RUNNING, _RETIRED (thread ending, to be joined), _JOINED */
+  atomic_bool still; /* the process is ending and this carrier runs nothing more (sched.c) */
 } weft__carrier;
 
 enum { WEFT__C_RUNNING = 0, WEFT__C_RETIRED = 1, WEFT__C_JOINED = 2 };
@@ -112,6 +113,7 @@ typedef struct weft__rt {
   pthread_cond_t quiesce_cv;            /* shutdown waits here for live == 0 */
   atomic_int state;                     /* RT_STOPPED, RT_RUNNING, RT_STOPPING (no new spawns) */
   atomic_bool exit;                     /* carriers leave their loop (shutdown, after live reached 0) */
+  atomic_bool ending;                   /* the process is ending without shutdown: carriers stop (sched.c) */
   weft__settings settings;              /* resolved at start */
   weft__carrier **carriers;             /* cap slots; the first ncarriers are valid */
   unsigned cap;                         /* max_carriers */

@@ -22,7 +22,8 @@ ulimit -c unlimited 2>/dev/null || pattern="|"
 "$target" >ready &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null' EXIT
-for _ in $(seq 1 100); do grep -q ready ready 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 100); do grep -qE "ready|nofibers" ready 2>/dev/null && break; sleep 0.1; done
+if grep -q nofibers ready; then echo "skipped: fibers are off (WEFT_FIBERS=0) or unavailable"; exit 77; fi
 grep -q ready ready || { echo "the target did not start"; exit 1; }
 # ptrace of a child of ours: allowed under the default yama scope (1); as root, always.
 run() { "$gdb" -nx -batch -ex "set debuginfod enabled off" -ex "source $script" "$@" 2>&1; }
