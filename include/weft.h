@@ -7,8 +7,9 @@
  * on the OpenMP path; without OpenMP, weft runs CPU work on a small pool of
  * its own threads.
  *
- * This is weft's only public header. Conventions, which hold for every call
- * unless its comment says otherwise:
+ * This is weft's public header; each optional component has its own
+ * (weft_mpi.h, docs/mpi.md), with the same conventions. Conventions, which
+ * hold for every call unless its comment says otherwise:
  *
  *  - Errors are return values: 0 (or a count) on success, a negative errno
  *    value on failure, as in libuv. weft never reports an error through

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate docs/api.md, the API reference, from include/weft.h.
+"""Generate an API reference (docs/api.md from include/weft.h, docs/api-mpi.md from include/weft_mpi.h).
 
 The header is the reference: every public function has its contract in the
 comment above it. This script lays those comments out as Markdown, section by
@@ -140,7 +140,7 @@ def main():
     # The opening comment: the conventions.
     m = re.match(r"\s*/\*(.*?)\*/", src, re.S)
     intro = to_markdown(comment_text(("/*" + m.group(1) + "*/").split("\n"))) if m else ""
-    doc = render(parse(src[m.end():] if m else src), "include/weft.h")
+    doc = render(parse(src[m.end():] if m else src), header)
     version = re.search(r'#define WEFT_VERSION_STRING "([^"]+)"', src)
     intro += ("\n\nVersion: `WEFT_VERSION_STRING` (" + version.group(1) + "), with `WEFT_VERSION_MAJOR`, "
               "`WEFT_VERSION_MINOR` and `WEFT_VERSION_PATCH`.") if version else ""

@@ -3,18 +3,22 @@
 # are missing. As root it runs apt-get; otherwise it prints the one apt-get
 # line that is needed and exits 1.
 #
-#   scripts/deps.sh base     build the library, tests and weft-bench
+#   scripts/deps.sh base     build the library, tests and weft-bench (Open MPI and gfortran: weft_mpi, the Fortran
+#                            module; libunwind and libdw: backtraces in weft_dump; gdb: the gdb extension's test)
 #   scripts/deps.sh bench    + Google Benchmark's compare.py and its SciPy, the baselines' libraries (TBB, Boost.Context),
 #                            Go (weft-bench's goroutine baselines)
 #   scripts/deps.sh plots    + gnuplot and python3 (scripts/plots.sh)
-#   scripts/deps.sh ci       + clang/libomp, Valgrind, aarch64 cross tools and qemu-user
+#   scripts/deps.sh ci       + clang/libomp, Valgrind, aarch64 cross tools and qemu-user, MPICH (beside Open MPI,
+#                            which stays the default: its alternatives have priority 50, MPICH's 40)
 set -euo pipefail
 
-base=(build-essential cmake pkg-config libcunit1-dev libbenchmark-dev liburing-dev)
+base=(build-essential cmake pkg-config libcunit1-dev libbenchmark-dev liburing-dev
+      libunwind-dev libdw-dev gdb openmpi-bin libopenmpi-dev gfortran)
 bench=(libbenchmark-tools python3 python3-scipy libboost-context-dev libtbb-dev golang-go)
 plots=(gnuplot-nox python3)
 ci=(clang libomp-dev libclang-rt-dev valgrind qemu-user gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
-    libc6-dev-arm64-cross libcunit1-dev:arm64 clang-format python3)
+    libc6-dev-arm64-cross libcunit1-dev:arm64 clang-format python3
+    mpich libmpich-dev)
 
 want=("${base[@]}")
 for profile in "$@"; do
