@@ -132,6 +132,7 @@ bench-compare: release
 
 plots:
 	@scripts/deps.sh base plots
+	@$(MAKE) --no-print-directory release
 	scripts/plots.sh $(RESULTS)
 
 # The API reference is generated from the header (check-format checks it is current).

@@ -24,4 +24,14 @@ void weft_kernel_math_input(int64_t *in, size_t n, uint64_t seed) {
   }
 }
 
+uint64_t weft_kernel_spin(uint64_t iters, uint64_t seed) {
+  uint64_t x = seed;
+  for (uint64_t i = 0; i < iters; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull; /* Knuth's MMIX constants */
+    /* An empty asm that "changes" x: no closed form, no vectorising, the chain stays a chain. */
+    __asm__ __volatile__("" : "+r"(x));
+  }
+  return x | 1;
+}
+
 void weft_kernel_sink(const void *p) { __asm__ __volatile__("" : : "r"(p) : "memory"); }

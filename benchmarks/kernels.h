@@ -22,6 +22,15 @@ void weft_kernel_math_range(const int64_t *in, int64_t *out, size_t lo, size_t h
 /* A deterministic input: in[i] for the math kernel (fixed seed). */
 void weft_kernel_math_input(int64_t *in, size_t n, uint64_t seed);
 
+/*
+ * A spin of `iters` steps of a 64-bit linear congruential generator from
+ * seed: one dependent multiply and add a step, no memory, nothing the
+ * compiler can fold, so its time is iters times a constant (`weft-bench
+ * grain` measures that constant and sizes its tasks by it). The result is
+ * never 0.
+ */
+uint64_t weft_kernel_spin(uint64_t iters, uint64_t seed);
+
 /* Keep the compiler from deleting a computation whose result is unused. */
 void weft_kernel_sink(const void *p);
 

@@ -16,15 +16,20 @@
 # p < ALPHA, default 0.05; with 5 repetitions each the smallest p possible is
 # 0.008). A weft-bench measurement is one when `weft-bench compare` calls it
 # SLOWER or FAILED. The two machines (or runs) should be alike: meta.json in
-# each folder says what each was.
+# each folder says what each was, and `weft-bench compare` refuses files
+# whose records' environment fingerprints differ (CPU, cores, kernel, THP,
+# compiler and flags, OpenMP, ...: docs/weft-bench.md) unless
+# ALLOW_DIFFERENT_ENV=1. JUNIT_DIR=DIR writes each weft-bench comparison as
+# JUnit XML too (DIR/weft-bench-*.xml, one test case per measurement).
 #
-# Environment: ALPHA (U-test level), WEFT_BENCH (the weft-bench program;
+# Environment: ALPHA (U-test level), ALLOW_DIFFERENT_ENV, JUNIT_DIR, WEFT_BENCH (the weft-bench program;
 # default $BUILD_DIR/benchmarks/weft-bench/weft-bench with BUILD_DIR
 # defaulting to build/release), COMPARE_PY (default
 # /usr/share/benchmark/compare.py), PYTHON (default /usr/bin/python3).
 #
 # Exit status: 0 no regression; 1 at least one regression; 2 usage error or
-# missing tools or inputs.
+# missing tools or inputs; 4 a weft-bench file pair measured in different
+# environments (and no regression elsewhere).
 set -uo pipefail
 
 usage() {
@@ -108,14 +113,25 @@ for f in "$base"/weft-bench-*.jsonl; do
   n=$(basename "$f")
   [ -f "$new/$n" ] && wb_pairs+=("$n") || echo "bench-compare.sh: $n only in $base (skipped)" >&2
 done
+unlike=0
 if [ ${#wb_pairs[@]} -gt 0 ]; then
   [ -x "$wb" ] || { echo "bench-compare.sh: weft-bench not found at $wb (set WEFT_BENCH or BUILD_DIR)" >&2; exit 2; }
+  extra=()
+  [ "${ALLOW_DIFFERENT_ENV:-0}" = 1 ] && extra+=(--allow-different-env)
+  [ -n "${JUNIT_DIR:-}" ] && { mkdir -p "$JUNIT_DIR" || exit 2; }
   for n in "${wb_pairs[@]}"; do
     printf '\n== %s: %s -> %s (weft-bench compare)\n' "$n" "$base" "$new"
-    "$wb" compare "$base/$n" "$new/$n" --threshold "$threshold"
+    junit=()
+    [ -n "${JUNIT_DIR:-}" ] && junit=(--junit "$JUNIT_DIR/${n%.jsonl}.xml")
+    "$wb" compare "$base/$n" "$new/$n" --threshold "$threshold" "${extra[@]}" "${junit[@]}"
     rc=$?
     compared=$((compared + 1))
-    case $rc in 0) ;; 1) regressions=$((regressions + 1)) ;; *) echo "bench-compare.sh: weft-bench compare failed on $n" >&2; exit 2 ;; esac
+    case $rc in
+      0) ;;
+      1) regressions=$((regressions + 1)) ;;
+      4) unlike=$((unlike + 1)) ;;
+      *) echo "bench-compare.sh: weft-bench compare failed on $n" >&2; exit 2 ;;
+    esac
   done
 fi
 
@@ -127,5 +143,9 @@ echo
 if [ $regressions -gt 0 ]; then
   echo "bench-compare.sh: $regressions of $compared files show a regression beyond ${threshold}% and beyond noise"
   exit 1
+fi
+if [ $unlike -gt 0 ]; then
+  echo "bench-compare.sh: $unlike of $compared weft-bench files were measured in different environments and not compared (ALLOW_DIFFERENT_ENV=1 compares them)"
+  exit 4
 fi
 echo "bench-compare.sh: no regression beyond ${threshold}% and beyond noise in $compared files"

@@ -33,6 +33,10 @@
 # 1000000) drops the larger sizes: SWEEP_MAX_JOBS=100000 skips the 10^6
 # point, which takes several seconds and 1 to 2 GB per backend.
 #
+# SLEEP_FALLBACK_MAX_S (default: none) leaves out the sleep part's fallback
+# points whose one run, ceil(jobs / cores) rounds x sleep, would take longer
+# (the quick run of scripts/bench.sh sets it to 4: no 1000 x cores point).
+#
 # Without Go, weft-bench skips the go backend with a message (in LOG) and
 # the rest runs as usual. Time on 2 cores: about 80 s with REPEAT 1, about
 # four minutes with REPEAT 3 (the default). Exit 1 if a run failed (the
@@ -45,6 +49,7 @@ log=${4:-/dev/stderr}
 parts=${BENCH_SLEEP_PARTS:-sleep sweep}
 max_jobs=${SWEEP_MAX_JOBS:-1000000}
 fb_max_s=${SWEEP_FALLBACK_MAX_S:-60}
+sleep_fb_max_s=${SLEEP_FALLBACK_MAX_S:-}
 rc=0
 want() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
@@ -61,6 +66,11 @@ if want sleep; then
       # The fallback at 200 ms only where it is affordable (N <= 10 x cores),
       # at 10 ms from 10 x cores up: the overlap shows the two agree.
       case "$ms:$k" in 200:30 | 200:100 | 200:300 | 200:1000 | 10:1 | 10:3) continue ;; esac
+      # The jobs are k x cores, so a run is k rounds of one sleep.
+      if [ -n "$sleep_fb_max_s" ] && [ $((k * ms)) -gt $((sleep_fb_max_s * 1000)) ]; then
+        echo "bench-sleep.sh: fallback at --per-core $k --sleep-ms $ms left out: $k rounds x $ms ms > ${sleep_fb_max_s} s (SLEEP_FALLBACK_MAX_S)" >&2
+        continue
+      fi
       WEFT_FIBERS=0 "$wb" sleep --backend weft --per-core "$k" --sleep-ms "$ms" --repeat "$repeat" --json \
         >>"$out_fb" 2>>"$log" || { echo "bench-sleep.sh: failed: WEFT_FIBERS=0 sleep --per-core $k --sleep-ms $ms" >&2; rc=1; }
     done

@@ -3,10 +3,11 @@
 people read: the machine's metadata, the headline ratios, and the data files
 that scripts/plots.sh hands to gnuplot. Standard library only.
 
-  bench_data.py meta BUILD_DIR         print meta.json (machine, build, load)
+  bench_data.py meta BUILD_DIR [PROFILE]  print meta.json (machine, build, load; PROFILE: full or quick)
   bench_data.py meta-finish META.tmp   add the load after the run; print it
   bench_data.py summary RESULTS_DIR    print the headline ratios and targets
-  bench_data.py plots RESULTS_DIR OUT  write gnuplot data files (*.dat) into OUT
+  bench_data.py plots RESULTS_DIR OUT  write gnuplot data files (*.dat) into OUT, and
+                                       OUT/warnings.tsv: the points too widely spread to trust
 
 Google Benchmark files (bm_*.json) are read per repetition: the median of
 each case is taken over its repetitions here, so the numbers do not depend
@@ -62,8 +63,9 @@ def cmake_cache(build, key):
     return None
 
 
-def cmd_meta(build):
+def cmd_meta(build, profile="full"):
     meta = {
+        "profile": profile,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "kernel": " ".join(platform.uname()[i] for i in (0, 2, 4)),
         "cpu_model": read_first("/proc/cpuinfo", "model name") or read_first("/proc/cpuinfo", "Hardware"),
@@ -90,8 +92,10 @@ def cmd_meta(build):
         out = subprocess.run([wb, "sleep", "--jobs", "1", "--sleep-ms", "1", "--json"], capture_output=True,
                              text=True, timeout=60).stdout
         rec = json.loads(out.splitlines()[0])
-        for k in ("weft_version", "git_commit", "compiler", "weft_compiler", "openmp_runtime", "weft_openmp",
-                  "fibers", "carriers", "context_switch", "stack_size", "stack_guard", "io_uring"):
+        for k in ("weft_version", "git_commit", "compiler", "compiler_flags", "build_type", "weft_compiler",
+                  "openmp_runtime", "weft_openmp", "openmp_library", "fibers", "carriers", "context_switch",
+                  "stack_size", "stack_guard", "io_uring", "affinity", "thp", "thp_defrag", "virtualization",
+                  "container", "cpu_quota"):
             meta[k] = rec.get(k)
     except (OSError, ValueError, IndexError, subprocess.SubprocessError) as e:
         meta["weft_info_error"] = str(e)
@@ -447,6 +451,20 @@ def summary_weft_bench(results, out):
                                                          r.get("in_flight_peak", "-")))
             out.append("  %8s %30s %30s %34s" % ((jobs,) + tuple(cells)))
         out.append("")
+    gr = [r for r in read_jsonl(os.path.join(results, "weft-bench-grain.jsonl")) if r.get("status") == "ok"]
+    if gr:
+        out.append("weft-bench grain: minimum effective task granularity, METG(50%%) (Task Bench), %s workers" %
+                   gr[0].get("workers"))
+        seen = []
+        for r in gr:
+            if r.get("backend") in seen:
+                continue
+            seen.append(r.get("backend"))
+            bound = {"at_most": "at most ", "not_reached": "not reached (above the largest task size)"}.get(
+                r.get("metg_bound"), "")
+            out.append("  %-14s %s%s" % (r.get("backend"), bound,
+                                          "" if r.get("metg_ns") is None else fmt_ns(r.get("metg_ns"))))
+        out.append("")
     sp = read_jsonl(os.path.join(results, "weft-bench-spawn.jsonl"))
     if sp:
         out.append("weft-bench spawn: start an empty task and wait for it, ns per task (median [min]), weft / Go")
@@ -487,6 +505,46 @@ def cmd_summary(results):
 
 
 # --- plot data ---------------------------------------------------------------------------
+#
+# Every point of every plot is a median of interleaved repetitions, drawn with
+# its spread (the fastest and slowest repetition). A point whose repetitions
+# are too far apart to trust is flagged in its data file (a column "wide", 1
+# or 0) and listed in OUT/warnings.tsv, which plots.sh prints on stderr and
+# circles on the plot. "Too far apart": the spread (max - min) / median of
+# the repetitions is above SPREAD_MAX (PLOT_SPREAD_MAX, default 0.5); for a
+# ratio to a baseline of the same run (a speed-up over the sequential loop),
+# the larger of the two spreads.
+
+SPREAD_MAX = float(os.environ.get("PLOT_SPREAD_MAX", "0.5"))
+
+
+def spread_of(values):
+    """(max - min) / median of the numbers among values; None without a positive median."""
+    v = [x for x in values if isinstance(x, (int, float))]
+    if not v:
+        return None
+    m = statistics.median(v)
+    return (max(v) - min(v)) / m if m > 0 else None
+
+
+class Warnings:
+    """The points too widely spread to trust, per plot: OUT/warnings.tsv (plot, point, spread)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def flag(self, plot, point, spread):
+        """1 (and a warning) when spread is over SPREAD_MAX, else 0."""
+        if spread is None or spread <= SPREAD_MAX:
+            return 0
+        self.rows.append((plot, point, spread))
+        return 1
+
+    def write(self, outdir):
+        with open(os.path.join(outdir, "warnings.tsv"), "w") as f:
+            f.write("# plot\tpoint\tspread (max-min)/median; threshold %g\n" % SPREAD_MAX)
+            for plot, point, sp in self.rows:
+                f.write("%s\t%s\t%.3g\n" % (plot, point, sp))
 
 
 def series_of(r):
@@ -504,35 +562,49 @@ def write(path, header, rows):
             f.write(" ".join(str(x) for x in row) + "\n")
 
 
-def cmd_plots(results, outdir):
-    os.makedirs(outdir, exist_ok=True)
-    made = []
-    # 1, 2: weft-bench sleep: elapsed and OS threads against jobs.
+def samples(r, key):
+    """A record's samples of a figure (KEY_samples, or samples_ms for elapsed_ms), else the figure alone."""
+    v = r.get("samples_ms" if key == "elapsed_ms" else key + "_samples")
+    if isinstance(v, list) and v:
+        return v
+    return [r.get(key)]
+
+
+SERIES_NAMES = {"fibers": "weft fibers", "threads": "a thread per job", "go": "Go goroutines", "fallback": "fallback"}
+
+
+def plot_sleep(results, outdir, warn, made):
+    """sleep-elapsed.png and sleep-threads.png: one file per series and sleep, sleep-<series>-<ms>.dat."""
     sl = [r for r in read_sleep(results) if r.get("status") == "ok"]
-    # One file per series and sleep: sleep-<series>-<ms>.dat.
     keys = []
     for r in sl:
         k = (series_of(r), r.get("sleep_ms"))
         if k not in keys:
             keys.append(k)
     for s, ms in keys:
-        rows = sorted((r["jobs"], r["elapsed_ms"], r.get("elapsed_ms_min", r["elapsed_ms"]),
-                       r.get("elapsed_ms_max", r["elapsed_ms"]), r.get("os_threads", 0), r.get("sleep_ms"))
-                      for r in sl if (series_of(r), r.get("sleep_ms")) == (s, ms))
+        rows = []
+        for r in sorted((r for r in sl if (series_of(r), r.get("sleep_ms")) == (s, ms)), key=lambda r: r["jobs"]):
+            point = "%s (%s ms sleeps), %s jobs" % (SERIES_NAMES.get(s, s), ms, r["jobs"])
+            we = warn.flag("sleep-elapsed.png", point, spread_of(samples(r, "elapsed_ms")))
+            wt = warn.flag("sleep-threads.png", point, spread_of(samples(r, "os_threads")))
+            rows.append((r["jobs"], r["elapsed_ms"], r.get("elapsed_ms_min", r["elapsed_ms"]),
+                         r.get("elapsed_ms_max", r["elapsed_ms"]), r.get("os_threads", 0), r.get("sleep_ms"), we, wt))
         name = "sleep-%s-%s.dat" % (s, ms)
-        write(os.path.join(outdir, name), "jobs median_ms min_ms max_ms os_threads sleep_ms", rows)
+        write(os.path.join(outdir, name), "jobs median_ms min_ms max_ms os_threads sleep_ms wide_ms wide_threads", rows)
         made.append(name)
     if sl:
         write(os.path.join(outdir, "sleep-meta.dat"), "cores", [(sl[0].get("cores") or 1,)])
-    # 1b: the scaling sweep: elapsed (scaled to 1 s sleeps) and peak RSS against jobs,
-    # one file per series and sleep: sweep-<series>-<ms>.dat. Points are the medians
-    # of the repetitions; the min and max columns are for error bars.
+
+
+def plot_sweep(results, outdir, warn, made):
+    """sleep-sweep.png: elapsed (scaled to 1 s sleeps) and peak RSS against jobs, sweep-<series>-<ms>.dat."""
     sw = [r for r in read_sweep(results) if r.get("status") == "ok"]
     keys = []
     for r in sw:
         k = (series_of(r), r.get("sleep_ms"))
         if k not in keys:
             keys.append(k)
+    mib = lambda v: "%.6g" % (v / 1024.0) if isinstance(v, (int, float)) else "NaN"
     for s, ms in keys:
         rows = []
         for r in sorted((r for r in sw if (series_of(r), r.get("sleep_ms")) == (s, ms)), key=lambda r: r["jobs"]):
@@ -540,92 +612,173 @@ def cmd_plots(results, outdir):
             scale = 1000.0 / ms / 1000.0 if ms else 0.0
             lo, hi = r.get("elapsed_ms_min", r["elapsed_ms"]), r.get("elapsed_ms_max", r["elapsed_ms"])
             rlo, rhi = spread(r, "peak_rss_kb")
-            rss = r.get("peak_rss_kb")
-            mib = lambda v: "%.6g" % (v / 1024.0) if isinstance(v, (int, float)) else "NaN"
+            point = "%s (%s ms sleeps), %s jobs" % (SERIES_NAMES.get(s, s), ms, r["jobs"])
+            wt = warn.flag("sleep-sweep.png", point + ", wall time", spread_of(samples(r, "elapsed_ms")))
+            wr = warn.flag("sleep-sweep.png", point + ", peak RSS", spread_of(samples(r, "peak_rss_kb")))
             rows.append((r["jobs"], "%.6g" % (r["elapsed_ms"] * scale), "%.6g" % (lo * scale), "%.6g" % (hi * scale),
-                         mib(rss), mib(rlo), mib(rhi), ms, r.get("in_flight_peak", "NaN")))
+                         mib(r.get("peak_rss_kb")), mib(rlo), mib(rhi), ms, r.get("in_flight_peak", "NaN"), wt, wr))
         name = "sweep-%s-%s.dat" % (s, ms)
-        write(os.path.join(outdir, name),
-              "jobs elapsed_s_at_1s(median) min max peak_rss_mib(median) min max sleep_ms in_flight_peak", rows)
+        write(os.path.join(outdir, name), "jobs elapsed_s_at_1s(median) min max peak_rss_mib(median) min max "
+              "sleep_ms in_flight_peak wide_time wide_rss", rows)
         made.append(name)
     if sw:
         write(os.path.join(outdir, "sweep-meta.dat"), "cores", [(sw[0].get("cores") or 1,)])
-    # 3: pmap speed-up against n, and against grain.
-    g = GBench(results)
-    if g.has(pmap_name("Seq", 100)):
-        seq = {n: g.counter(pmap_name("Seq", n), "items_per_second") for n in PMAP_SIZES}
-        for impl, _ in PMAP_IMPLS:
-            rows = []
-            for n in PMAP_SIZES:
-                v = g.counter(pmap_name(impl, n), "items_per_second")
-                if v and seq[n]:
-                    # The spread: the slowest and fastest repetition, over the same median sequential.
-                    lo = g.counter(pmap_name(impl, n), "items_per_second", min)
-                    hi = g.counter(pmap_name(impl, n), "items_per_second", max)
-                    rows.append((n, v / seq[n], lo / seq[n], hi / seq[n]))
-            if rows:
-                write(os.path.join(outdir, "pmap-n-%s.dat" % impl),
-                      "n speedup_over_seq(median) slowest_repetition fastest_repetition", rows)
-                made.append("pmap-n-%s.dat" % impl)
+
+
+def gbench_spread(g, name, key=None):
+    """The spread of one Google Benchmark case over its repetitions (real time, or a counter)."""
+    rs = g.runs.get(name, [])
+    return spread_of([r.get(key) if key else r["real_time"] for r in rs])
+
+
+def plot_pmap(g, outdir, warn, made):
+    """pmap-speedup.png (pmap-n-<impl>.dat) and pmap-grain.png (pmap-grain-<n>.dat)."""
+    if not g.has(pmap_name("Seq", 100)):
+        return
+    seq = {n: g.counter(pmap_name("Seq", n), "items_per_second") for n in PMAP_SIZES}
+    seq_sp = {n: gbench_spread(g, pmap_name("Seq", n), "items_per_second") for n in PMAP_SIZES}
+    wider = lambda a, b: None if a is None and b is None else max(x for x in (a, b) if x is not None)
+    labels = dict(PMAP_IMPLS)
+    for impl, _ in PMAP_IMPLS:
+        rows = []
         for n in PMAP_SIZES:
-            prefix = "BM_WeftPmapGrain/n:%d/grain:" % n
-            rows = []
-            for name in g.names():
-                if name.startswith(prefix):
-                    v = g.counter(name, "items_per_second")
-                    if v and seq[n]:
-                        rows.append((int(name[len(prefix):].split("/")[0]), v / seq[n]))
-            if rows:
-                auto = g.counter(pmap_name("WeftPmap", n), "items_per_second")
-                omp = g.counter(pmap_name("OmpFor", n), "items_per_second")
-                rows.sort()
-                # Columns 3 and 4 repeat the auto grain's and omp's speed-up on every row: flat lines.
-                rows = [(gr, s, (auto or 0) / seq[n], (omp or 0) / seq[n]) for gr, s in rows]
-                write(os.path.join(outdir, "pmap-grain-%d.dat" % n), "grain speedup auto_speedup omp_speedup", rows)
-                made.append("pmap-grain-%d.dat" % n)
-    # 4: the GPars table as bars: calls per second, per case and backend.
+            v = g.counter(pmap_name(impl, n), "items_per_second")
+            if v and seq[n]:
+                # The spread: the slowest and fastest repetition, over the same median sequential.
+                lo = g.counter(pmap_name(impl, n), "items_per_second", min)
+                hi = g.counter(pmap_name(impl, n), "items_per_second", max)
+                sp = gbench_spread(g, pmap_name(impl, n), "items_per_second")
+                # The sequential loop is the baseline, not a drawn point: its spread counts in every ratio.
+                w = 0 if impl == "Seq" else warn.flag("pmap-speedup.png", "%s at n = %d" % (labels[impl], n),
+                                                      wider(sp, seq_sp[n]))
+                rows.append((n, v / seq[n], lo / seq[n], hi / seq[n], w))
+        if rows:
+            write(os.path.join(outdir, "pmap-n-%s.dat" % impl),
+                  "n speedup_over_seq(median) slowest_repetition fastest_repetition wide", rows)
+            made.append("pmap-n-%s.dat" % impl)
+    for n in PMAP_SIZES:
+        prefix = "BM_WeftPmapGrain/n:%d/grain:" % n
+        rows = []
+        for name in g.names():
+            if not name.startswith(prefix):
+                continue
+            v = g.counter(name, "items_per_second")
+            if v and seq[n]:
+                grain = int(name[len(prefix):].split("/")[0])
+                lo, hi = g.counter(name, "items_per_second", min), g.counter(name, "items_per_second", max)
+                w = warn.flag("pmap-grain.png", "grain %d at n = %d" % (grain, n),
+                              wider(gbench_spread(g, name, "items_per_second"), seq_sp[n]))
+                rows.append((grain, v / seq[n], lo / seq[n], hi / seq[n], w))
+        if rows:
+            auto = g.counter(pmap_name("WeftPmap", n), "items_per_second")
+            omp = g.counter(pmap_name("OmpFor", n), "items_per_second")
+            rows.sort()
+            # Columns 3 and 4 repeat the auto grain's and omp's speed-up on every row: flat lines.
+            rows = [(gr, s, (auto or 0) / seq[n], (omp or 0) / seq[n], lo, hi, w) for gr, s, lo, hi, w in rows]
+            write(os.path.join(outdir, "pmap-grain-%d.dat" % n),
+                  "grain speedup auto_speedup omp_speedup slowest fastest wide", rows)
+            made.append("pmap-grain-%d.dat" % n)
+
+
+def plot_gpars(results, outdir, warn, made):
+    """gpars.png: time per call of each backend and case, as clustered bars with their spread."""
     gp = [r for r in read_jsonl(os.path.join(results, "weft-bench-gpars.jsonl")) if r.get("status") == "ok"]
-    if gp:
-        cases = []
-        for r in gp:
-            if r.get("case") not in cases:
-                cases.append(r.get("case"))
-        labels = []
-        for r in gp:
-            if r.get("label") not in labels:
-                labels.append(r.get("label"))
+    if not gp:
+        return
+    cases, labels = [], []
+    for r in gp:
+        if r.get("case") not in cases:
+            cases.append(r.get("case"))
+        if r.get("label") not in labels:
+            labels.append(r.get("label"))
+    rows, wide = [], []
+    for i, lab in enumerate(labels):
+        row = ['"%s"' % lab]
+        for j, c in enumerate(cases):
+            r = next((r for r in gp if r.get("label") == lab and r.get("case") == c), None)
+            if not r or not r.get("ns_per_call"):
+                row += ["NaN", "NaN", "NaN"]
+                continue
+            per = lambda ms: "%.6g" % (ms * 1000.0 / r["loops"])  # microseconds per call
+            row += ["%.6g" % (r["ns_per_call"] / 1000.0), per(r.get("elapsed_ms_min", r["elapsed_ms"])),
+                    per(r.get("elapsed_ms_max", r["elapsed_ms"]))]
+            if warn.flag("gpars.png", "%s, %s" % (c, lab), spread_of(samples(r, "elapsed_ms"))):
+                wide.append((i, j, per(r.get("elapsed_ms_max", r["elapsed_ms"]))))
+        rows.append(row)
+    header = "backend " + " ".join("%s_us_per_call(%s_items) min max" % (c, next(
+        (r.get("items") for r in gp if r.get("case") == c), "?")) for c in cases)
+    write(os.path.join(outdir, "gpars.dat"), header, rows)
+    write(os.path.join(outdir, "gpars-cases.dat"), "case items loops",
+          [(c, next((r.get("items") for r in gp if r.get("case") == c), "?"),
+            next((r.get("loops") for r in gp if r.get("case") == c), "?")) for c in cases])
+    write(os.path.join(outdir, "gpars-wide.dat"), "row case_index max_us (the bars too widely spread)", wide)
+    made.append("gpars.dat")
+
+
+def plot_future(g, outdir, warn, made):
+    """future.png: ns per start+get, as bars with the fastest and slowest repetition."""
+    if not g.has("BM_PthreadCreateJoin/real_time"):
+        return
+    rows = []
+    for name, label in FUTURE_CASES:
+        key = "ns_per_future" if "Batch" in name else None
+        v = g.counter(name, key) if key else g.ns(name)
+        if not v:
+            continue
+        lo = g.counter(name, key, min) if key else g.ns(name, min)
+        hi = g.counter(name, key, max) if key else g.ns(name, max)
+        w = warn.flag("future.png", label, gbench_spread(g, name, key))
+        rows.append(('"%s"' % label, "%.6g" % v, '"%s"' % fmt_ns(v), "%.6g" % lo, "%.6g" % hi, w))
+    write(os.path.join(outdir, "future.dat"), "case ns label min_ns max_ns wide", rows)
+    made.append("future.dat")
+
+
+def plot_grain(results, outdir, warn, made):
+    """grain.png: efficiency against task granularity per backend (grain-<backend>.dat), and each METG."""
+    gr = [r for r in read_jsonl(os.path.join(results, "weft-bench-grain.jsonl")) if r.get("status") == "ok"]
+    if not gr:
+        return
+    backends = []
+    for r in gr:
+        if r.get("backend") not in backends:
+            backends.append(r.get("backend"))
+    metg = []
+    for b in backends:
         rows = []
-        for lab in labels:
-            row = ['"%s"' % lab]
-            for c in cases:
-                v = [r.get("ns_per_call") for r in gp if r.get("label") == lab and r.get("case") == c]
-                row.append("%.6g" % (v[0] / 1000.0) if v and v[0] else "NaN")
-            rows.append(row)
-        header = "backend " + " ".join("%s_us_per_call(%s_items)" % (c, next(
-            (r.get("items") for r in gp if r.get("case") == c), "?")) for c in cases)
-        write(os.path.join(outdir, "gpars.dat"), header, rows)
-        write(os.path.join(outdir, "gpars-cases.dat"), "case items loops",
-              [(c, next((r.get("items") for r in gp if r.get("case") == c), "?"),
-                next((r.get("loops") for r in gp if r.get("case") == c), "?")) for c in cases])
-        made.append("gpars.dat")
-    # Futures: ns per start+get, as bars.
-    if g.has("BM_PthreadCreateJoin/real_time"):
-        rows = []
-        for name, label in FUTURE_CASES:
-            v = g.counter(name, "ns_per_future") if "Batch" in name else g.ns(name)
-            if v:
-                rows.append(('"%s"' % label, "%.6g" % v, '"%s"' % fmt_ns(v)))
-        write(os.path.join(outdir, "future.dat"), "case ns label", rows)
-        made.append("future.dat")
+        for r in sorted((r for r in gr if r.get("backend") == b), key=lambda r: r["task_ns"]):
+            w = warn.flag("grain.png", "%s, %s ns tasks" % (b, r["task_ns"]), spread_of(samples(r, "efficiency")))
+            rows.append((r["granularity_ns"], r["efficiency"], r.get("efficiency_min", r["efficiency"]),
+                         r.get("efficiency_max", r["efficiency"]), r["task_ns"], w))
+        write(os.path.join(outdir, "grain-%s.dat" % b),
+              "granularity_ns efficiency(median) min max task_ns wide", rows)
+        made.append("grain-%s.dat" % b)
+        last = [r for r in gr if r.get("backend") == b][-1]
+        metg.append((b, last.get("metg_ns") if last.get("metg_ns") is not None else "NaN",
+                     last.get("metg_bound") or "none"))
+    write(os.path.join(outdir, "grain-metg.dat"), "backend metg_ns bound", metg)
+    write(os.path.join(outdir, "grain-meta.dat"), "workers iter_ns", [(gr[0].get("workers"), gr[0].get("iter_ns"))])
+
+
+def cmd_plots(results, outdir):
+    os.makedirs(outdir, exist_ok=True)
+    made, warn = [], Warnings()
+    g = GBench(results)
+    plot_sleep(results, outdir, warn, made)
+    plot_sweep(results, outdir, warn, made)
+    plot_pmap(g, outdir, warn, made)
+    plot_gpars(results, outdir, warn, made)
+    plot_future(g, outdir, warn, made)
+    plot_grain(results, outdir, warn, made)
+    warn.write(outdir)
     print(" ".join(made))
 
 
 def main(argv):
     if len(argv) < 2:
-        die("usage: bench_data.py meta BUILD | meta-finish FILE | summary RESULTS | plots RESULTS OUT")
+        die("usage: bench_data.py meta BUILD [PROFILE] | meta-finish FILE | summary RESULTS | plots RESULTS OUT")
     cmd = argv[1]
-    if cmd == "meta" and len(argv) == 3:
-        cmd_meta(argv[2])
+    if cmd == "meta" and len(argv) in (3, 4):
+        cmd_meta(*argv[2:])
     elif cmd == "meta-finish" and len(argv) == 3:
         cmd_meta_finish(argv[2])
     elif cmd == "summary" and len(argv) == 3:
@@ -633,7 +786,7 @@ def main(argv):
     elif cmd == "plots" and len(argv) == 4:
         cmd_plots(argv[2], argv[3])
     else:
-        die("usage: bench_data.py meta BUILD | meta-finish FILE | summary RESULTS | plots RESULTS OUT")
+        die("usage: bench_data.py meta BUILD [PROFILE] | meta-finish FILE | summary RESULTS | plots RESULTS OUT")
 
 
 if __name__ == "__main__":

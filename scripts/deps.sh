@@ -12,7 +12,7 @@
 #                            which stays the default: its alternatives have priority 50, MPICH's 40)
 set -euo pipefail
 
-base=(build-essential cmake pkg-config libcunit1-dev libbenchmark-dev liburing-dev
+base=(build-essential cmake pkg-config libcunit1-dev libbenchmark-dev liburing-dev libjansson-dev
       libunwind-dev libdw-dev gdb openmpi-bin libopenmpi-dev gfortran)
 bench=(libbenchmark-tools python3 python3-scipy libboost-context-dev libtbb-dev golang-go)
 plots=(gnuplot-nox python3)

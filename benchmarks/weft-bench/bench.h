@@ -1,36 +1,54 @@
 /*
  * This file contains what the parts of weft-bench share: exit codes, the
- * option parser, the measurement record (a JSON object), process statistics,
- * metadata, progress on a terminal, statistics over samples, and the child
- * runner that gives each measurement a fresh process.
+ * option parser, strings and the command line, process statistics, the
+ * environment fingerprint, statistics over samples, progress on a terminal,
+ * the child runner that gives a measurement a fresh process, counted
+ * failures, latency percentiles, checksums. The driver that runs every
+ * measuring command is driver.h's; JSON Lines is jsonl.h's.
  *
  * weft-bench is one program split by concern:
  *
  *   main.c            the command table and the top-level --help
- *   cli.c             option parsing, numbers, shell quoting of the command line
- *   json.h, json.c    the JSON value, its writer and a strict reader (no dependency)
- *   meta.c            machine and build metadata for every record
+ *   driver.c          the driver: options, cases, warm-up, interleaved repetitions,
+ *                     samples and their summaries, records, exit codes (driver.h)
+ *   cli.c             option parsing, numbers, lists, shell quoting of the command line
+ *   jsonl.c           JSON Lines on jansson: numbers, setters, one record a line (jsonl.h)
+ *   meta.c            what goes with every record: the build, weft, the environment variables
+ *   machine.c         the machine: CPU, cores and affinity, kernel, THP, virtualisation, CPU quota
  *   proc.c            cores, OS threads (/proc/self/task), peak RSS (VmHWM), CPU time, the sampler
- *   stats.c           min, median, max over samples
+ *   stats.c           min, median, max, spread, ratios over samples
+ *   report.c          cells and ratio lines of the human tables
  *   progress.c        one status line on a terminal
  *   child.c           re-exec /proc/self/exe for a measurement, read its JSON line
  *   go.c              where the Go baselines (benchmarks/go) are, or why they are not
+ *   errors.c          failures counted by many threads at once
+ *   latency.c         latency percentiles
+ *   hash.c            FNV-1a and xorshift64*: the cases' checksums and fixed inputs
+ *   sock.c, net.h     client sockets: descriptor limit, addresses, connect, transfers
+ *   server.c, server.h  the loopback servers: a fiber or a thread per connection
+ *   http.c, http.h    the HTTP/1.1 client and server handler
+ *   sleep.c, sleep.h  the sleep measurement, in this process or a child (sleep, embroidery)
  *   cmd_sleep.c       weft-bench sleep
  *   cmd_embroidery.c  weft-bench embroidery
  *   cmd_spawn.c       weft-bench spawn
  *   cmd_gpars.c       weft-bench gpars (backends); gpars.h, gpars_math.c, gpars_files.c, gpars_http.c (cases)
- *   cmd_compare.c     weft-bench compare
+ *   cmd_http.c        weft-bench http
+ *   cmd_echo.c        weft-bench echo
+ *   cmd_grain.c       weft-bench grain
+ *   cmd_compare.c     weft-bench compare; compare_read.c its reader, compare_env.c its environment
+ *                     check, junit.c its JUnit XML
  *   bench_cli_test.cmake  the bench_cli CTest
  */
 #ifndef WEFT_BENCH_H
 #define WEFT_BENCH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "json.h"
+#include "jsonl.h"
 
 /* Exit codes, the same for every command (docs/weft-bench.md lists them). */
 enum {
@@ -38,6 +56,7 @@ enum {
   WB_EXIT_FAIL = 1,        /* a measurement failed, or compare found a regression */
   WB_EXIT_USAGE = 2,       /* bad option, bad value, bad input file */
   WB_EXIT_UNAVAILABLE = 3, /* the feature is not in this build (yet) */
+  WB_EXIT_UNLIKE = 4,      /* compare: the two runs' environments differ */
 };
 
 /* The version of the JSON Lines format that weft-bench writes ("schema" key). */
@@ -52,6 +71,9 @@ int wb_cmd_sleep(int argc, char **argv);
 int wb_cmd_embroidery(int argc, char **argv);
 int wb_cmd_gpars(int argc, char **argv);
 int wb_cmd_spawn(int argc, char **argv);
+int wb_cmd_http(int argc, char **argv);
+int wb_cmd_echo(int argc, char **argv);
+int wb_cmd_grain(int argc, char **argv);
 int wb_cmd_compare(int argc, char **argv);
 
 /* The program's name as invoked (argv[0]), for messages and the "command" key. */
@@ -84,6 +106,7 @@ void wb_opt_init(wb_optstate *st, int argc, char **argv, const char *cmd);
  * The next option: its id (with its value in *arg when it takes one),
  * WB_OPT_POSITIONAL (the word in *arg), WB_OPT_END, or WB_OPT_ERROR after
  * printing a message (unknown option, missing value). "--" ends the options.
+ * opts ends with an entry whose name is NULL.
  */
 int wb_opt_next(wb_optstate *st, const wb_opt *opts, const char **arg);
 
@@ -94,6 +117,15 @@ int wb_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(
 bool wb_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* Parse a number (decimal fraction allowed) in [lo, hi]. */
 bool wb_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi, double *out);
+
+/*
+ * Parse a comma-separated list of names against names[0..nnames): each
+ * known, none twice. chosen[] (nnames long) gets indices into names, in the
+ * order given. Returns true, or false after a usage message that lists the
+ * names.
+ */
+bool wb_parse_list(const char *cmd, const char *opt, const char *list, const char *const *names,
+                   size_t nnames, size_t *chosen, size_t *nchosen);
 
 /*
  * A growable string. Every append returns 0 or -ENOMEM; after a failure the
@@ -113,6 +145,23 @@ void wb_str_free(wb_str *b);
 int wb_str_add_shell_word(wb_str *b, const char *s);
 
 /*
+ * The words of a command line, built one at a time (every word is copied).
+ * An append that fails leaves err set, and the last call reports it, so
+ * that a list of appends needs one check.
+ */
+typedef struct wb_args {
+  char **v;
+  size_t n, cap;
+  int err; /* the first -ENOMEM */
+} wb_args;
+
+void wb_args_add(wb_args *a, const char *word);
+void wb_args_addf(wb_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "--name" and the decimal value, as one more option. */
+void wb_args_int(wb_args *a, const char *opt, int64_t v);
+void wb_args_free(wb_args *a);
+
+/*
  * The command line that repeats a measurement: "NAME=value ... weft-bench
  * args...". The environment variables that change what weft, OpenMP or the
  * Go baselines do (WEFT_*, OMP_*, GOMP_*, KMP_*; GOMAXPROCS, GOGC, GODEBUG,
@@ -130,6 +179,8 @@ bool wb_env_name_recorded(const char *name, size_t len);
 
 /* CPUs in this process's affinity mask (at least 1). */
 unsigned wb_cores(void);
+/* The CPUs of that mask as a list, "0-3,8" ("unknown" when it cannot be read). */
+void wb_affinity_list(char *out, size_t len);
 
 /* OS threads in this process now (entries of /proc/self/task), or a negative errno. */
 int wb_thread_count(void);
@@ -147,6 +198,8 @@ typedef struct wb_usage {
 wb_usage wb_usage_now(void);
 /* What a run between two readings cost: after - before. */
 wb_usage wb_usage_since(wb_usage after, wb_usage before);
+/* Its CPU time, user and system, in milliseconds. */
+double wb_usage_cpu_ms(wb_usage u);
 
 /* Nanoseconds on CLOCK_MONOTONIC. */
 int64_t wb_now_ns(void);
@@ -166,44 +219,82 @@ int wb_sampler_start(wb_sampler **out, int64_t delay_ms);
 void wb_sampler_stop(wb_sampler *s, int *threads, double *at_ms);
 
 /* ------------------------------------------------------------------------ */
-/* Metadata (meta.c)                                                         */
+/* The environment of a record (meta.c, machine.c)                           */
 /* ------------------------------------------------------------------------ */
 
 /*
- * Add the machine and build metadata to a record: cores, cpu_model, kernel,
- * compiler, weft_compiler, openmp, openmp_runtime, weft_openmp, weft_version,
- * git_commit, date, fibers, carriers, carriers_running, context_switch,
- * stack_size, stack_guard, io_uring, env. Call it after the measurement:
- * asking weft whether fibers are available may start its runtime, which
- * must not be counted in another backend's threads.
+ * Add the environment fingerprint to a record: the machine (cores,
+ * affinity, cpus_online, cpu_model, kernel, thp, thp_defrag, virtualization,
+ * cpu_quota), the build (compiler, compiler_flags, build_type,
+ * weft_compiler, openmp, openmp_runtime, weft_openmp, openmp_library,
+ * weft_version, weft_header_version, git_commit), weft's set-up (fibers,
+ * carriers, carriers_running, context_switch, stack_size, stack_guard,
+ * io_uring), the recorded environment variables (env) and the date. Call it
+ * after the measurement: asking weft whether fibers are available may start
+ * its runtime, which must not be counted in another backend's threads.
  */
-int wb_meta_add(json_value *rec);
+int wb_meta_add(json_t *rec);
 
 /* The compiler that built weft-bench ("gcc 12.2.0", "Debian Clang 14.0.6"). */
 const char *wb_compiler(void);
+
+/* The machine's part of the fingerprint (machine.c): the keys listed above, added to rec. */
+int wb_machine_add(json_t *rec);
 
 /* ------------------------------------------------------------------------ */
 /* Statistics over samples (stats.c)                                         */
 /* ------------------------------------------------------------------------ */
 
 typedef struct wb_summary {
-  double min, median, max;
+  double min, median, max; /* NaN when no sample is a number */
+  size_t n;                /* the samples that are numbers (NaN ones are left out) */
 } wb_summary;
 
-/* min, median (the mean of the middle two for an even count) and max of n > 0 values. */
+/* min, median (the mean of the middle two for an even count) and max of the numbers among v[0..n). */
 wb_summary wb_summarize(const double *v, size_t n);
+
+/* The median, the largest; NaN when there is none. */
+double wb_median(const double *v, size_t n);
+double wb_max(const double *v, size_t n);
+
+/* (max - min) / median: how far apart the repetitions are; NaN without a positive median. */
+double wb_spread(wb_summary s);
 
 /* Round to microseconds when the value is in milliseconds: keeps the JSON short and exact. */
 double wb_round_ms(double ms);
+
+/* v rounded to a multiple of step (step 0: v itself). */
+double wb_round_to(double v, double step);
 
 /*
  * Put the timing keys on a record from samples in milliseconds: repeat,
  * elapsed_ms (the median), elapsed_ms_min, elapsed_ms_max, samples_ms.
  */
-int wb_add_timing(json_value *rec, const double *samples_ms, size_t n);
+int wb_add_timing(json_t *rec, const double *samples_ms, size_t n);
 
-/* Order in which repetition r (from 0) runs nb backends: rotated by r, so no backend is always first. */
+/* Order in which repetition r (from 0) runs nb cases: rotated by r, so no case is always first. */
 size_t wb_interleave(size_t r, size_t k, size_t nb);
+
+/* Per-repetition ratios a[r] / b[r] into out (at least min(na, nb) long); returns how many. */
+size_t wb_ratios(const double *a, size_t na, const double *b, size_t nb, double *out);
+
+/*
+ * Ratios of two cases' rates measured in the same run: key gets the ratio
+ * of the medians (a over b), key_samples the ratio in each repetition (both
+ * ran back to back there, so the machine's slow minutes cancel). Null when
+ * either has no sample.
+ */
+int wb_json_add_ratio(json_t *rec, const char *key, const double *a, size_t na, const double *b, size_t nb);
+
+/* ------------------------------------------------------------------------ */
+/* The human tables (report.c)                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Print " %W.Pf" of v, or a right-aligned "-" when v is NAN (a figure that no sample gave). */
+void wb_print_cell(double v, int width, int prec);
+
+/* Print "  NAME: 3.12x (per repetition: median 3.10x, min 2.80x, max 3.40x)" for a over b. */
+void wb_print_ratio(const char *name, const double *a, size_t na, const double *b, size_t nb);
 
 /* ------------------------------------------------------------------------ */
 /* Progress (progress.c)                                                     */
@@ -223,22 +314,21 @@ bool wb_progress_enabled(void);
 
 /*
  * Run this program again (the file /proc/self/exe names) with args (args[0] is the command,
- * "sleep") and the environment changed by set ("NAME=value", NULL-ended,
+ * "sleep", NULL-ended) and the environment changed by set ("NAME=value", NULL-ended,
  * may be NULL). The child must print exactly one JSON object on stdout; it
- * is parsed into *rec (the caller frees it). The child's stderr passes
+ * is parsed into *rec (the caller decrefs it). The child's stderr passes
  * through. Returns 0; -ECHILD with a message when the child failed and
  * printed nothing usable; other negative errno values for spawn failures.
  * *exit_code gets the child's exit code (128 + signal when killed).
  */
-int wb_child_run(char *const *args, const char *const *set, json_value **rec, int *exit_code);
+int wb_child_run(char *const *args, const char *const *set, json_t **rec, int *exit_code);
 
 /*
  * The same for another program: run path with argv (argv[0] included,
  * NULL-ended) and the environment changed by set, and parse the one JSON
  * object it prints into *rec. The Go baselines run through it.
  */
-int wb_run_json(const char *path, char *const *argv, const char *const *set, json_value **rec,
-                int *exit_code);
+int wb_run_json(const char *path, char *const *argv, const char *const *set, json_t **rec, int *exit_code);
 
 /* The environment a child gets: this process's, with set applied. The caller frees the array and its strings.
  */
@@ -260,56 +350,45 @@ void wb_free_strv(char **v);
 int wb_go_find(const char *name, char *out, size_t len, char *why, size_t whylen);
 
 /* ------------------------------------------------------------------------ */
-/* Sleep measurements in child processes (cmd_sleep.c)                       */
+/* Counted failures (errors.c)                                               */
 /* ------------------------------------------------------------------------ */
 
-/*
- * One measurement of `sleep` that runs in child processes: the parent fills
- * the inputs; wb_sleep_children fills the rest. `embroidery` and `sleep`
- * with several backends or repetitions both use it.
- */
-/* The figures a sleep run keeps per repetition besides its wall time: m[] of wb_sleep_run. */
-enum {
-  WB_M_THREADS,   /* os_threads: OS threads at the sample time */
-  WB_M_RSS,       /* peak_rss_kb */
-  WB_M_IN_FLIGHT, /* in_flight_peak: the most jobs inside their sleep at once */
-  WB_M_CPU_USER,  /* cpu_user_s: the process's user CPU time over the run */
-  WB_M_CPU_SYS,   /* cpu_sys_s: its system CPU time */
-  WB_M_MINFLT,    /* minflt: its minor page faults over the run */
-  WB_NMETRICS
-};
-/* Their JSON keys, in the order above; each also has KEY_samples on an aggregated record. */
-extern const char *const wb_sleep_metric_keys[WB_NMETRICS];
+/* Failures counted by many fibers or threads at once; the first one is kept as text. */
+typedef struct wb_errors {
+  atomic_size_t count;
+  atomic_flag first_taken; /* set by the one writer of `first` */
+  atomic_bool first_ready; /* release: `first` is complete (pairs with the acquire in wb_errors_first) */
+  char first[256];
+} wb_errors;
 
-typedef struct wb_sleep_run {
-  /* inputs */
-  const char *backend;    /* weft, omp, threads, seq, go */
-  int64_t jobs, sleep_ms; /* as for `weft-bench sleep` */
-  const char *set[3];     /* "NAME=value" for the child's environment, NULL-ended */
-  const char *label;      /* for the progress line */
-  /* results, one entry per repetition that ran */
-  json_value *rec;        /* the first child's record (metadata and all); NULL until one ran */
-  double *elapsed_ms;     /* samples */
-  double *m[WB_NMETRICS]; /* the other figures' samples (NaN where a child had none) */
-  size_t n;               /* samples so far */
-  bool failed;            /* a child failed or reported status "failed" */
-  char error[256];        /* the first failure, for the report */
-} wb_sleep_run;
+void wb_errors_init(wb_errors *e);
+/* Count one failure: "stage: weft_strerror(err)" (or detail, when not NULL, instead of the strerror). */
+void wb_errors_add(wb_errors *e, const char *stage, int err, const char *detail);
+size_t wb_errors_count(wb_errors *e);
+/* The first failure's text, or "" when there was none. */
+const char *wb_errors_first(wb_errors *e);
 
-/*
- * Run repeat repetitions of nruns measurements, each in a fresh child,
- * interleaved (repetition r starts with measurement r mod nruns). Returns 0
- * when every child ran (runs may still be failed), or a negative errno.
- */
-int wb_sleep_children(wb_sleep_run *runs, size_t nruns, int64_t repeat, int64_t sample_ms);
+/* ------------------------------------------------------------------------ */
+/* Latency (latency.c)                                                       */
+/* ------------------------------------------------------------------------ */
 
-/*
- * Turn a run into its aggregated record: the first child's record with the
- * timing keys and the figures of wb_sleep_metric_keys replaced by summaries
- * over the repetitions (medians, and the samples), status and command set. Returns the record (owned by
- * the caller, taken from run->rec) or NULL when no child produced one.
- */
-json_value *wb_sleep_aggregate(wb_sleep_run *run, const char *command);
-void wb_sleep_run_free(wb_sleep_run *run);
+typedef struct wb_latency {
+  double p50, p90, p99, max; /* milliseconds (nearest rank); NAN when n == 0 */
+  size_t n;                  /* samples that counted */
+} wb_latency;
+
+/* Percentiles of us[0..n) in microseconds; NAN entries (failed operations) are left out. Sorts us. */
+wb_latency wb_latency_summary(float *us, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Checksums and fixed inputs (hash.c)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* FNV-1a, continued from h (start with WB_FNV_INIT). */
+#define WB_FNV_INIT 0xcbf29ce484222325ull
+uint64_t wb_fnv1a(uint64_t h, const void *p, size_t n);
+
+/* The next value of xorshift64* (the kernels' input generator) from state *s (never 0). */
+uint64_t wb_xorshift64s(uint64_t *s);
 
 #endif /* WEFT_BENCH_H */

@@ -75,7 +75,7 @@ static void self_path(char *out, size_t len) {
   out[n] = '\0';
 }
 
-int wb_child_run(char *const *args, const char *const *set, json_value **rec, int *exit_code) {
+int wb_child_run(char *const *args, const char *const *set, json_t **rec, int *exit_code) {
   size_t nargs = 0;
   while (args[nargs]) nargs++;
   char **argv = calloc(nargs + 2, sizeof *argv);
@@ -91,8 +91,7 @@ int wb_child_run(char *const *args, const char *const *set, json_value **rec, in
   return rc;
 }
 
-int wb_run_json(const char *path, char *const *argv, const char *const *set, json_value **rec,
-                int *exit_code) {
+int wb_run_json(const char *path, char *const *argv, const char *const *set, json_t **rec, int *exit_code) {
   char **env = NULL;
   int fds[2] = {-1, -1};
   char *out = NULL;
@@ -151,13 +150,9 @@ int wb_run_json(const char *path, char *const *argv, const char *const *set, jso
     fprintf(stderr, "weft-bench: the child run '%s %s ...' printed %s on stdout (exit code %d)\n", argv[0],
             argv[1] ? argv[1] : "", len ? "more than one line" : "nothing", *exit_code);
     rc = -ECHILD;
-  } else if ((rc = json_parse(out, len, rec, err, sizeof err)) < 0) {
-    fprintf(stderr, "weft-bench: the child run printed bad JSON: %s\n", err);
-    rc = -ECHILD;
-  } else if ((*rec)->type != JSON_OBJECT) {
-    json_free(*rec);
-    *rec = NULL;
-    fprintf(stderr, "weft-bench: the child run printed JSON that is not an object\n");
+  } else if ((rc = wb_json_parse(out, len, rec, err, sizeof err)) < 0) {
+    fprintf(stderr, "weft-bench: the child run printed bad JSON: %s\n",
+            rc == -ENOMEM ? "out of memory" : err);
     rc = -ECHILD;
   }
 done:

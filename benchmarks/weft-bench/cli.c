@@ -1,8 +1,8 @@
 /*
  * This file contains weft-bench's command-line plumbing: the option parser
  * every command uses (long options only, "--name V" or "--name=V"), strict
- * number parsing, a growable string, and the shell-quoted command line that
- * repeats a measurement.
+ * number and list parsing, a growable string, the words of a command line,
+ * and the shell-quoted command line that repeats a measurement.
  *
  * A hand-written parser rather than getopt_long: getopt_long is a GNU
  * extension, it permutes argv and prints its own messages, and each command
@@ -117,6 +117,33 @@ bool wb_parse_double(const char *cmd, const char *opt, const char *s, double lo,
   return true;
 }
 
+bool wb_parse_list(const char *cmd, const char *opt, const char *list, const char *const *names,
+                   size_t nnames, size_t *chosen, size_t *nchosen) {
+  *nchosen = 0;
+  for (const char *p = list;;) {
+    size_t len = strcspn(p, ",");
+    size_t b = 0;
+    while (b < nnames && !(strlen(names[b]) == len && strncmp(names[b], p, len) == 0)) b++;
+    if (b == nnames) {
+      wb_str all = {0};
+      for (size_t i = 0; i < nnames; i++) wb_str_addf(&all, "%s%s", i ? ", " : "", names[i]);
+      wb_usage_error(cmd, "--%s: unknown %s '%.*s' (%s)", opt, opt, (int)len, p, all.s ? all.s : "");
+      wb_str_free(&all);
+      return false;
+    }
+    for (size_t j = 0; j < *nchosen; j++) {
+      if (chosen[j] == b) {
+        wb_usage_error(cmd, "--%s: '%s' given twice", opt, names[b]);
+        return false;
+      }
+    }
+    chosen[(*nchosen)++] = b;
+    if (p[len] == '\0') break;
+    p += len + 1;
+  }
+  return true;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Strings                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -169,6 +196,54 @@ int wb_str_add_shell_word(wb_str *b, const char *s) {
   int rc = wb_str_add(b, "'");
   for (const char *p = s; *p && rc == 0; p++) rc = *p == '\'' ? wb_str_add(b, "'\\''") : wb_str_addn(b, p, 1);
   return rc ? rc : wb_str_add(b, "'");
+}
+
+/* ------------------------------------------------------------------------ */
+/* The words of a command line                                               */
+/* ------------------------------------------------------------------------ */
+
+void wb_args_add(wb_args *a, const char *word) {
+  if (a->err) return;
+  if (a->n + 2 > a->cap) {
+    size_t cap = a->cap ? 2 * a->cap : 16;
+    char **p = realloc(a->v, cap * sizeof *p);
+    if (!p) {
+      a->err = -ENOMEM;
+      return;
+    }
+    a->v = p;
+    a->cap = cap;
+  }
+  if (!(a->v[a->n] = strdup(word))) {
+    a->err = -ENOMEM;
+    return;
+  }
+  a->v[++a->n] = NULL;
+}
+
+void wb_args_addf(wb_args *a, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof tmp) {
+    if (!a->err) a->err = -EINVAL;
+    return;
+  }
+  wb_args_add(a, tmp);
+}
+
+void wb_args_int(wb_args *a, const char *opt, int64_t v) {
+  wb_args_add(a, opt);
+  wb_args_addf(a, "%lld", (long long)v);
+}
+
+void wb_args_free(wb_args *a) {
+  for (size_t i = 0; i < a->n; i++) free(a->v[i]);
+  free(a->v);
+  a->v = NULL;
+  a->n = a->cap = 0;
 }
 
 bool wb_env_name_recorded(const char *name, size_t len) {

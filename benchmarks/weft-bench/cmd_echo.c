@@ -19,7 +19,7 @@
  * colliding with the next repetition's (a four-tuple must be unique).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "bench.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <math.h>
@@ -31,13 +31,13 @@
 #include <unistd.h>
 
 #include "net.h"
+#include "server.h"
 #include "weft.h"
 
 #define MAX_CONNECTIONS 100000
 #define MAX_MESSAGES    10000000
 #define MAX_SIZE        (16 * 1024 * 1024)
 #define MAX_SAMPLES     50000000 /* C x M round trips, a float of latency each */
-#define MAX_REPEAT      1000
 #define MAX_TIMEOUT_MS  3600000
 #define STACK_BUF       4096 /* messages up to this size live on the client's stack */
 
@@ -66,33 +66,7 @@ static const char echo_help[] =
     "accept queue drops SYNs) are retried with backoff. Exit codes: 0 ok, 1 a\n"
     "connection or the server failed, 2 usage.\n";
 
-enum {
-  OPT_HELP = 1,
-  OPT_CONNECTIONS,
-  OPT_MESSAGES,
-  OPT_SIZE,
-  OPT_BACKEND,
-  OPT_TIMEOUT,
-  OPT_REPEAT,
-  OPT_JSON
-};
-
-static const wb_opt echo_opts[] = {
-    {"help", false, OPT_HELP},
-    {"connections", true, OPT_CONNECTIONS},
-    {"messages", true, OPT_MESSAGES},
-    {"size", true, OPT_SIZE},
-    {"backend", true, OPT_BACKEND},
-    {"timeout-ms", true, OPT_TIMEOUT},
-    {"repeat", true, OPT_REPEAT},
-    {"json", false, OPT_JSON},
-    {NULL, false, 0},
-};
-
 enum { B_WEFT, B_THREADS, NBACKENDS };
-static const char *const backend_names[NBACKENDS] = {"weft", "threads"};
-static const char *const backend_labels[NBACKENDS] = {"fiber per connection (weft I/O)",
-                                                      "thread per connection (blocking sockets)"};
 
 /* ------------------------------------------------------------------------ */
 /* Server and client                                                         */
@@ -289,14 +263,14 @@ static void measure(const echo_setup *es, int b, size_t connections, float *lat,
   atomic_init(&e.retries, 0);
   size_t nsamples = connections * es->messages;
   for (size_t i = 0; i < nsamples; i++) lat[i] = NAN;
-  double cpu0 = wb_cpu_ms();
+  wb_usage u0 = wb_usage_now();
   int64_t t0 = wb_now_ns();
   if (b == B_WEFT)
     run_weft(&e, connections);
   else
     run_threads(&e, connections);
   res->elapsed_ms = (double)(wb_now_ns() - t0) / 1e6;
-  res->cpu_ms = wb_cpu_ms() - cpu0;
+  res->cpu_ms = wb_usage_cpu_ms(wb_usage_since(wb_usage_now(), u0));
   wb_server_stop(srv, &res->srv);
   res->msgs_ok = atomic_load(&e.msgs_ok);
   res->failed_conns = wb_errors_count(&e.errors);
@@ -307,286 +281,237 @@ static void measure(const echo_setup *es, int b, size_t connections, float *lat,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Aggregates, records, the report                                           */
-/* ------------------------------------------------------------------------ */
-
-typedef struct agg {
-  int b;
-  double *elapsed, *mps, *mbps, *p50, *p90, *p99, *pmax; /* one per repetition */
-  double *cpu_us;                                        /* CPU microseconds per round trip */
-  double *cores;                                         /* CPU time over wall time: cores the process got */
-  size_t n;
-  size_t failed_conns, msgs_failed, server_errors, warmup_errors;
-  unsigned retries;
-  int backlog;
-  char first_error[320]; /* a run's first error (256 at most) with "warm-up: " in front */
-} agg;
-
-static json_value *record(const agg *a, const agg *thr, size_t connections, const echo_setup *es,
-                          const char *command) {
-  json_value *rec = json_new_object();
-  if (!rec) return NULL;
-  bool failed = a->failed_conns || a->server_errors || a->warmup_errors || a->n == 0;
-  int rc = json_set_int(rec, "schema", WB_SCHEMA);
-  if (rc == 0) rc = json_set_str(rec, "bench", "echo");
-  if (rc == 0) rc = json_set_str(rec, "backend", backend_names[a->b]);
-  if (rc == 0) rc = json_set_str(rec, "label", backend_labels[a->b]);
-  if (rc == 0) rc = json_set_int(rec, "connections", (int64_t)connections);
-  if (rc == 0) rc = json_set_int(rec, "messages", (int64_t)es->messages);
-  if (rc == 0) rc = json_set_int(rec, "size", (int64_t)es->size);
-  if (rc == 0) rc = json_set_int(rec, "timeout_ms", es->timeout_ns / 1000000);
-  if (rc == 0) rc = json_set_str(rec, "status", failed ? "failed" : "ok");
-  if (rc == 0 && failed)
-    rc = json_set_str(rec, "error", a->first_error[0] ? a->first_error : "no repetition ran");
-  if (rc == 0) rc = json_set_int(rec, "errors", (int64_t)(a->failed_conns + a->server_errors));
-  if (rc == 0) rc = json_set_int(rec, "failed_connections", (int64_t)a->failed_conns);
-  if (rc == 0) rc = json_set_int(rec, "messages_failed", (int64_t)a->msgs_failed);
-  if (rc == 0) rc = json_set_int(rec, "server_errors", (int64_t)a->server_errors);
-  if (rc == 0) rc = json_set_int(rec, "warmup_errors", (int64_t)a->warmup_errors);
-  if (rc == 0) rc = json_set_int(rec, "connect_retries", a->retries);
-  if (rc == 0) rc = json_set_int(rec, "listen_backlog", a->backlog);
-  if (rc == 0 && a->b == B_THREADS) rc = json_set_int(rec, "thread_stack", (int64_t)es->stack);
-  if (rc == 0 && a->n) rc = wb_add_timing(rec, a->elapsed, a->n);
-  if (rc == 0) rc = wb_json_num_or_null(rec, "msgs_per_s", wb_round_ms(wb_median(a->mps, a->n)));
-  if (rc == 0)
-    rc = wb_json_num_or_null(rec, "msgs_per_s_min", a->n ? wb_round_ms(wb_summarize(a->mps, a->n).min) : NAN);
-  if (rc == 0) rc = wb_json_num_or_null(rec, "msgs_per_s_max", wb_round_ms(wb_max(a->mps, a->n)));
-  if (rc == 0) rc = json_set_nums(rec, "msgs_per_s_samples", a->mps, a->n);
-  if (rc == 0) rc = wb_json_num_or_null(rec, "mb_per_s", wb_round_ms(wb_median(a->mbps, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_p50", wb_round_ms(wb_median(a->p50, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_p90", wb_round_ms(wb_median(a->p90, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_p99", wb_round_ms(wb_median(a->p99, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_max", wb_round_ms(wb_max(a->pmax, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "cpu_us_per_message", wb_round_ms(wb_median(a->cpu_us, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "cpu_cores_used", round(wb_median(a->cores, a->n) * 100) / 100);
-  if (rc == 0 && a->b == B_WEFT)
-    rc = thr ? wb_json_add_ratio(rec, "vs_threads", a->mps, a->n, thr->mps, thr->n)
-             : json_set_null(rec, "vs_threads");
-  if (rc == 0) rc = wb_meta_add(rec);
-  if (rc == 0) rc = json_set_str(rec, "command", command);
-  if (rc < 0) {
-    json_free(rec);
-    return NULL;
-  }
-  return rec;
-}
-
-static void print_report(const agg *aggs, size_t n, size_t connections, const echo_setup *es) {
-  printf("echo: %zu connections at once, each echoing %zu messages of %zu bytes over loopback; %u cores\n",
-         connections, es->messages, es->size, wb_cores());
-  printf("%-8s %12s %12s %12s %9s %9s %9s %9s %9s %10s %5s %7s\n", "backend", "messages/s", "min", "max",
-         "MB/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/msg", "cores", "errors");
-  const agg *w = NULL, *thr = NULL;
-  for (size_t j = 0; j < n; j++) {
-    const agg *a = &aggs[j];
-    if (a->b == B_WEFT) w = a;
-    if (a->b == B_THREADS) thr = a;
-    if (a->n == 0) {
-      printf("%-8s  no repetition ran: %s\n", backend_names[a->b], a->first_error);
-      continue;
-    }
-    wb_summary s = wb_summarize(a->mps, a->n);
-    printf("%-8s %12.0f %12.0f %12.0f %9.2f", backend_names[a->b], s.median, s.min, s.max,
-           wb_median(a->mbps, a->n));
-    wb_print_cell(wb_median(a->p50, a->n), 9, 3);
-    wb_print_cell(wb_median(a->p90, a->n), 9, 3);
-    wb_print_cell(wb_median(a->p99, a->n), 9, 3);
-    wb_print_cell(wb_max(a->pmax, a->n), 9, 3);
-    wb_print_cell(wb_median(a->cpu_us, a->n), 10, 1);
-    wb_print_cell(wb_median(a->cores, a->n), 5, 2);
-    printf(" %7zu\n", a->failed_conns + a->server_errors);
-  }
-  if (w && thr) wb_print_ratio("weft/threads", w->mps, w->n, thr->mps, thr->n);
-  for (size_t j = 0; j < n; j++)
-    if (aggs[j].failed_conns || aggs[j].server_errors || aggs[j].warmup_errors)
-      printf("  %s: %zu failed connections, %zu server errors, %zu in the warm-up; first: %s\n",
-             backend_names[aggs[j].b], aggs[j].failed_conns, aggs[j].server_errors, aggs[j].warmup_errors,
-             aggs[j].first_error);
-  printf("(medians over %zu repetitions; MB/s counts each echoed byte once; latency: one round trip,\n"
-         " percentiles are the medians of each repetition's, max the largest; CPU: the whole process's,\n"
-         " both sides; cores: CPU time over wall time, the share of the machine the run got)\n",
-         n ? aggs[0].n : 0);
-}
-
-/* ------------------------------------------------------------------------ */
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-int wb_cmd_echo(int argc, char **argv) {
-  const char *backend_list = NULL;
-  int64_t connections = 1000, messages = 100, size = 64, timeout_ms = 30000, repeat = 1;
-  bool json = false;
-  wb_optstate st;
-  wb_opt_init(&st, argc, argv, "echo");
-  const char *arg;
-  int id;
-  while ((id = wb_opt_next(&st, echo_opts, &arg)) != WB_OPT_END) {
-    switch (id) {
-    case WB_OPT_ERROR:
-      return WB_EXIT_USAGE;
-    case WB_OPT_POSITIONAL:
-      return wb_usage_error("echo", "unexpected argument '%s'", arg);
-    case OPT_HELP:
-      fputs(echo_help, stdout);
-      return WB_EXIT_OK;
-    case OPT_CONNECTIONS:
-      if (!wb_parse_i64("echo", "connections", arg, 1, MAX_CONNECTIONS, &connections)) return WB_EXIT_USAGE;
-      break;
-    case OPT_MESSAGES:
-      if (!wb_parse_i64("echo", "messages", arg, 1, MAX_MESSAGES, &messages)) return WB_EXIT_USAGE;
-      break;
-    case OPT_SIZE:
-      if (!wb_parse_i64("echo", "size", arg, 1, MAX_SIZE, &size)) return WB_EXIT_USAGE;
-      break;
-    case OPT_BACKEND:
-      backend_list = arg;
-      break;
-    case OPT_TIMEOUT:
-      if (!wb_parse_i64("echo", "timeout-ms", arg, 1, MAX_TIMEOUT_MS, &timeout_ms)) return WB_EXIT_USAGE;
-      break;
-    case OPT_REPEAT:
-      if (!wb_parse_i64("echo", "repeat", arg, 1, MAX_REPEAT, &repeat)) return WB_EXIT_USAGE;
-      break;
-    case OPT_JSON:
-      json = true;
-      break;
-    }
+enum { OPT_CONNECTIONS = 1, OPT_MESSAGES, OPT_SIZE, OPT_TIMEOUT };
+
+static const wb_opt echo_opts[] = {
+    {"connections", true, OPT_CONNECTIONS},
+    {"messages", true, OPT_MESSAGES},
+    {"size", true, OPT_SIZE},
+    {"timeout-ms", true, OPT_TIMEOUT},
+    {NULL, false, 0},
+};
+
+static const wb_choice echo_backends[] = {
+    {"weft", "fiber per connection (weft I/O)", NULL, B_WEFT},
+    {"threads", "thread per connection (blocking sockets)", NULL, B_THREADS},
+};
+
+/* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
+enum { M_MPS, M_MBPS, M_P50, M_P90, M_P99, M_PMAX, M_CPU_US, M_CORES, NMETRICS };
+static const wb_metric echo_metrics[NMETRICS] = {
+    {"msgs_per_s", WB_METRIC_MINMAX | WB_METRIC_SAMPLES, 1e-3},
+    {"mb_per_s", 0, 1e-3},
+    {"latency_ms_p50", 0, 1e-3},
+    {"latency_ms_p90", 0, 1e-3},
+    {"latency_ms_p99", 0, 1e-3},
+    {"latency_ms_max", WB_METRIC_MAX, 1e-3},
+    {"cpu_us_per_message", 0, 1e-3},
+    {"cpu_cores_used", 0, 1e-2},
+};
+
+/* What a backend adds up over its repetitions besides the samples. */
+typedef struct echo_totals {
+  size_t failed_conns, msgs_failed, server_errors, warmup_errors;
+  unsigned retries;
+  int backlog;
+} echo_totals;
+
+typedef struct echo_cmd {
+  int64_t connections, messages, size, timeout_ms;
+  echo_setup es;
+  float *lat; /* a latency per round trip */
+  echo_totals totals[NBACKENDS];
+} echo_cmd;
+
+static int echo_option(wb_driver *d, int id, const char *arg) {
+  echo_cmd *c = d->ctx;
+  bool ok = true;
+  switch (id) {
+  case OPT_CONNECTIONS:
+    ok = wb_parse_i64("echo", "connections", arg, 1, MAX_CONNECTIONS, &c->connections);
+    break;
+  case OPT_MESSAGES:
+    ok = wb_parse_i64("echo", "messages", arg, 1, MAX_MESSAGES, &c->messages);
+    break;
+  case OPT_SIZE:
+    ok = wb_parse_i64("echo", "size", arg, 1, MAX_SIZE, &c->size);
+    break;
+  case OPT_TIMEOUT:
+    ok = wb_parse_i64("echo", "timeout-ms", arg, 1, MAX_TIMEOUT_MS, &c->timeout_ms);
+    break;
   }
-  if (connections * messages > MAX_SAMPLES)
+  return ok ? 0 : WB_EXIT_USAGE;
+}
+
+static int echo_prepare(wb_driver *d) {
+  echo_cmd *c = d->ctx;
+  if (c->connections * c->messages > MAX_SAMPLES)
     return wb_usage_error("echo", "--connections x --messages is %lld, over %d round trips",
-                          (long long)(connections * messages), MAX_SAMPLES);
-  size_t chosen[NBACKENDS], nchosen = 0;
-  if (backend_list) {
-    if (!wb_net_parse_backends("echo", backend_list, backend_names, NBACKENDS, chosen, &nchosen))
-      return WB_EXIT_USAGE;
-  } else {
-    for (size_t b = 0; b < NBACKENDS; b++) chosen[nchosen++] = b;
-  }
+                          (long long)(c->connections * c->messages), MAX_SAMPLES);
   /* Both ends of every connection live in this process, plus a listener and weft's own descriptors. */
   uint64_t fd_limit;
-  if (wb_net_fd_limit("echo", (uint64_t)connections * 2 + 64, &fd_limit) < 0) return WB_EXIT_FAIL;
-
-  wb_str blist = {0};
-  for (size_t j = 0; j < nchosen; j++) {
-    if (j) wb_str_add(&blist, ",");
-    wb_str_add(&blist, backend_names[chosen[j]]);
+  if (wb_net_fd_limit("echo", (uint64_t)c->connections * 2 + 64, &fd_limit) < 0) return WB_EXIT_FAIL;
+  for (size_t j = 0; j < d->npicked; j++) {
+    const wb_choice *ch = wb_picked(d, j);
+    wb_run *r = wb_add_run(d, ch->name, ch->id);
+    if (!r) return WB_EXIT_FAIL;
+    r->label = ch->label;
+    r->state = &c->totals[ch->id];
   }
-  char c_s[24], m_s[24], b_s[24], to_s[24], rep_s[24];
-  snprintf(c_s, sizeof c_s, "%lld", (long long)connections);
-  snprintf(m_s, sizeof m_s, "%lld", (long long)messages);
-  snprintf(b_s, sizeof b_s, "%lld", (long long)size);
-  snprintf(to_s, sizeof to_s, "%lld", (long long)timeout_ms);
-  snprintf(rep_s, sizeof rep_s, "%lld", (long long)repeat);
-  char *args[] = {"echo",  "--connections", c_s,  "--messages", m_s,   "--size", b_s, "--backend",
-                  blist.s, "--timeout-ms",  to_s, "--repeat",   rep_s, "--json"};
-  char *command = NULL;
-  if (!blist.s || wb_command_line(args, sizeof args / sizeof args[0] - (json ? 0 : 1), NULL, &command) < 0) {
-    wb_str_free(&blist);
-    fprintf(stderr, "weft-bench echo: out of memory\n");
-    return WB_EXIT_FAIL;
-  }
-  wb_str_free(&blist);
-  wb_progress_init(json);
-  if (!json) fprintf(stderr, "command: %s\n", command);
+  return 0;
+}
 
-  echo_setup es = {(size_t)messages, (size_t)size, timeout_ms * 1000000, wb_net_thread_stack()};
-  int exit_code = WB_EXIT_OK;
-  size_t nsamples = (size_t)connections * (size_t)messages;
-  float *lat = malloc(nsamples * sizeof *lat);
-  agg aggs[NBACKENDS];
-  memset(aggs, 0, sizeof aggs);
-  if (!lat) {
+static int echo_args(wb_driver *d, wb_args *a) {
+  echo_cmd *c = d->ctx;
+  wb_args_int(a, "--connections", c->connections);
+  wb_args_int(a, "--messages", c->messages);
+  wb_args_int(a, "--size", c->size);
+  wb_args_picked(d, a);
+  wb_args_int(a, "--timeout-ms", c->timeout_ms);
+  wb_args_repeat(d, a);
+  return 0;
+}
+
+static int echo_setup_run(wb_driver *d) {
+  echo_cmd *c = d->ctx;
+  c->es = (echo_setup){(size_t)c->messages, (size_t)c->size, c->timeout_ms * 1000000, wb_net_thread_stack()};
+  size_t nsamples = (size_t)c->connections * (size_t)c->messages;
+  if (!(c->lat = malloc(nsamples * sizeof *c->lat))) {
     fprintf(stderr, "weft-bench echo: out of memory for %zu latencies\n", nsamples);
-    free(command);
     return WB_EXIT_FAIL;
   }
-  for (size_t j = 0; j < nchosen; j++) {
-    agg *a = &aggs[j];
-    a->b = (int)chosen[j];
-    double **arrs[] = {&a->elapsed, &a->mps,  &a->mbps,   &a->p50,  &a->p90,
-                       &a->p99,     &a->pmax, &a->cpu_us, &a->cores};
-    for (size_t k = 0; k < sizeof arrs / sizeof arrs[0]; k++) {
-      *arrs[k] = calloc((size_t)repeat, sizeof(double));
-      if (!*arrs[k]) {
-        fprintf(stderr, "weft-bench echo: out of memory\n");
-        exit_code = WB_EXIT_FAIL;
-        goto out;
-      }
-    }
-  }
+  return 0;
+}
 
-  /* Warm-up, untimed, on a few connections: weft's carriers and stacks, the thread library's caches. */
-  echo_setup ws = es;
-  ws.messages = es.messages < 10 ? es.messages : 10;
-  size_t wconn = connections < 50 ? (size_t)connections : 50;
-  for (size_t j = 0; j < nchosen; j++) {
-    run_result res;
-    wb_progress(true, "warm-up: %s", backend_names[aggs[j].b]);
-    measure(&ws, aggs[j].b, wconn, lat, &res);
-    aggs[j].warmup_errors = res.failed_conns + res.srv.errors;
-    if (aggs[j].warmup_errors)
-      snprintf(aggs[j].first_error, sizeof aggs[j].first_error, "warm-up: %s", res.first_error);
+/* The warm-up, untimed, on a few connections: weft's carriers and stacks, the thread library's caches. */
+static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
+  echo_cmd *c = d->ctx;
+  echo_totals *t = r->state;
+  echo_setup es = c->es;
+  size_t conns = (size_t)c->connections;
+  if (phase == WB_WARMUP) {
+    es.messages = es.messages < 10 ? es.messages : 10;
+    conns = conns < 50 ? conns : 50;
   }
-  for (int64_t r = 0; r < repeat; r++) {
-    for (size_t k = 0; k < nchosen; k++) {
-      agg *a = &aggs[wb_interleave((size_t)r, k, nchosen)];
-      wb_progress(true, "[repetition %lld of %lld] %s: %lld connections x %lld messages", (long long)r + 1,
-                  (long long)repeat, backend_names[a->b], (long long)connections, (long long)messages);
-      run_result res;
-      measure(&es, a->b, (size_t)connections, lat, &res);
-      double s = res.elapsed_ms / 1000.0;
-      a->elapsed[a->n] = res.elapsed_ms;
-      a->mps[a->n] = s > 0 ? (double)res.msgs_ok / s : 0;
-      a->mbps[a->n] = s > 0 ? (double)res.msgs_ok * (double)es.size / s / 1e6 : 0;
-      a->p50[a->n] = res.lat.p50;
-      a->p90[a->n] = res.lat.p90;
-      a->p99[a->n] = res.lat.p99;
-      a->pmax[a->n] = res.lat.max;
-      a->cpu_us[a->n] = res.msgs_ok ? res.cpu_ms * 1000.0 / (double)res.msgs_ok : NAN;
-      a->cores[a->n] = res.elapsed_ms > 0 ? res.cpu_ms / res.elapsed_ms : NAN;
-      a->n++;
-      a->failed_conns += res.failed_conns;
-      a->msgs_failed += nsamples - res.msgs_ok;
-      a->server_errors += res.srv.errors;
-      a->retries += res.retries;
-      a->backlog = res.backlog;
-      if ((res.failed_conns || res.srv.errors) &&
-          (!a->first_error[0] || strncmp(a->first_error, "warm-up: ", 9) == 0))
-        snprintf(a->first_error, sizeof a->first_error, "%s", res.first_error);
+  run_result res;
+  measure(&es, r->id, conns, c->lat, &res);
+  /* Failed connections are counted and reported, never fatal: the figures stand, the record says "failed". */
+  s->quiet = true;
+  if (res.failed_conns || res.srv.errors) {
+    s->failed = true;
+    snprintf(s->error, sizeof s->error, "%s", res.first_error);
+  }
+  if (phase == WB_WARMUP) {
+    t->warmup_errors = res.failed_conns + res.srv.errors;
+    return 0;
+  }
+  double sec = res.elapsed_ms / 1000.0;
+  s->ms = res.elapsed_ms;
+  s->m[M_MPS] = sec > 0 ? (double)res.msgs_ok / sec : 0;
+  s->m[M_MBPS] = sec > 0 ? (double)res.msgs_ok * (double)es.size / sec / 1e6 : 0;
+  s->m[M_P50] = res.lat.p50;
+  s->m[M_P90] = res.lat.p90;
+  s->m[M_P99] = res.lat.p99;
+  s->m[M_PMAX] = res.lat.max;
+  s->m[M_CPU_US] = res.msgs_ok ? res.cpu_ms * 1000.0 / (double)res.msgs_ok : NAN;
+  s->m[M_CORES] = res.elapsed_ms > 0 ? res.cpu_ms / res.elapsed_ms : NAN;
+  t->failed_conns += res.failed_conns;
+  t->msgs_failed += conns * es.messages - res.msgs_ok;
+  t->server_errors += res.srv.errors;
+  t->retries += res.retries;
+  t->backlog = res.backlog;
+  return 0;
+}
+
+static int echo_record(wb_driver *d, const wb_run *r, json_t *rec) {
+  echo_cmd *c = d->ctx;
+  const echo_totals *t = r->state;
+  int rc = wb_json_set_str(rec, "label", wb_run_label(r));
+  if (rc == 0) rc = wb_json_set_int(rec, "connections", c->connections);
+  if (rc == 0) rc = wb_json_set_int(rec, "messages", c->messages);
+  if (rc == 0) rc = wb_json_set_int(rec, "size", c->size);
+  if (rc == 0) rc = wb_json_set_int(rec, "timeout_ms", c->timeout_ms);
+  if (rc == 0) rc = wb_json_set_int(rec, "errors", (int64_t)(t->failed_conns + t->server_errors));
+  if (rc == 0) rc = wb_json_set_int(rec, "failed_connections", (int64_t)t->failed_conns);
+  if (rc == 0) rc = wb_json_set_int(rec, "messages_failed", (int64_t)t->msgs_failed);
+  if (rc == 0) rc = wb_json_set_int(rec, "server_errors", (int64_t)t->server_errors);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_errors", (int64_t)t->warmup_errors);
+  if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
+  if (rc == 0) rc = wb_json_set_int(rec, "listen_backlog", t->backlog);
+  if (rc == 0 && r->id == B_THREADS) rc = wb_json_set_int(rec, "thread_stack", (int64_t)c->es.stack);
+  if (rc == 0 && r->id == B_WEFT) {
+    const wb_run *thr = wb_find_run(d, "threads");
+    rc = thr ? wb_json_add_ratio(rec, "vs_threads", r->m[M_MPS], r->n, thr->m[M_MPS], thr->n)
+             : wb_json_set_null(rec, "vs_threads");
+  }
+  return rc;
+}
+
+static void echo_report(wb_driver *d) {
+  echo_cmd *c = d->ctx;
+  printf("echo: %lld connections at once, each echoing %lld messages of %lld bytes over loopback; %u cores\n",
+         (long long)c->connections, (long long)c->messages, (long long)c->size, wb_cores());
+  printf("%-8s %12s %12s %12s %9s %9s %9s %9s %9s %10s %5s %7s\n", "backend", "messages/s", "min", "max",
+         "MB/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/msg", "cores", "errors");
+  for (size_t j = 0; j < d->nruns; j++) {
+    const wb_run *r = &d->runs[j];
+    const echo_totals *t = r->state;
+    if (r->n == 0) {
+      printf("%-8s  no repetition ran: %s\n", r->name, r->error);
+      continue;
     }
+    wb_summary s = wb_run_metric(r, M_MPS);
+    printf("%-8s %12.0f %12.0f %12.0f %9.2f", r->name, s.median, s.min, s.max,
+           wb_run_metric(r, M_MBPS).median);
+    wb_print_net_cells(r, M_P50);
+    printf(" %7zu\n", t->failed_conns + t->server_errors);
   }
-  wb_progress_clear();
-  for (size_t j = 0; j < nchosen; j++)
-    if (aggs[j].failed_conns || aggs[j].server_errors || aggs[j].warmup_errors || aggs[j].n == 0)
-      exit_code = WB_EXIT_FAIL;
-  const agg *thr = NULL;
-  for (size_t j = 0; j < nchosen; j++)
-    if (aggs[j].b == B_THREADS) thr = &aggs[j];
-  if (!json) {
-    print_report(aggs, nchosen, (size_t)connections, &es);
-  } else {
-    for (size_t j = 0; j < nchosen; j++) {
-      json_value *rec = record(&aggs[j], thr, (size_t)connections, &es, command);
-      if (!rec || json_print_line(rec, stdout) < 0) {
-        fprintf(stderr, "weft-bench echo: cannot write the record for %s\n", backend_names[aggs[j].b]);
-        exit_code = WB_EXIT_FAIL;
-      }
-      json_free(rec);
-    }
+  const wb_run *w = wb_find_run(d, "weft"), *thr = wb_find_run(d, "threads");
+  if (w && thr) wb_print_ratio("weft/threads", w->m[M_MPS], w->n, thr->m[M_MPS], thr->n);
+  for (size_t j = 0; j < d->nruns; j++) {
+    const echo_totals *t = d->runs[j].state;
+    if (t->failed_conns || t->server_errors || t->warmup_errors)
+      printf("  %s: %zu failed connections, %zu server errors, %zu in the warm-up; first: %s\n",
+             d->runs[j].name, t->failed_conns, t->server_errors, t->warmup_errors, d->runs[j].error);
   }
-out:
-  for (size_t j = 0; j < nchosen; j++) {
-    free(aggs[j].elapsed);
-    free(aggs[j].mps);
-    free(aggs[j].mbps);
-    free(aggs[j].p50);
-    free(aggs[j].p90);
-    free(aggs[j].p99);
-    free(aggs[j].pmax);
-    free(aggs[j].cpu_us);
-    free(aggs[j].cores);
-  }
-  free(lat);
-  free(command);
-  return exit_code;
+  printf("(medians over %zu repetitions; MB/s counts each echoed byte once; latency: one round trip,\n"
+         " percentiles are the medians of each repetition's, max the largest; CPU: the whole process's,\n"
+         " both sides; cores: CPU time over wall time, the share of the machine the run got)\n",
+         d->nruns ? d->runs[0].n : 0);
+}
+
+static void echo_teardown(wb_driver *d) { free(((echo_cmd *)d->ctx)->lat); }
+
+static const wb_command echo_command = {
+    .name = "echo",
+    .help = echo_help,
+    .opts = echo_opts,
+    .pick = "backend",
+    .choices = echo_backends,
+    .nchoices = sizeof echo_backends / sizeof echo_backends[0],
+    .metrics = echo_metrics,
+    .nmetrics = NMETRICS,
+    .max_repeat = 1000,
+    .flags = WB_CMD_WARMUP,
+    .option = echo_option,
+    .prepare = echo_prepare,
+    .args = echo_args,
+    .setup = echo_setup_run,
+    .run = echo_measure,
+    .record = echo_record,
+    .report = echo_report,
+    .teardown = echo_teardown,
+};
+
+int wb_cmd_echo(int argc, char **argv) {
+  echo_cmd c;
+  memset(&c, 0, sizeof c);
+  c.connections = 1000;
+  c.messages = 100;
+  c.size = 64;
+  c.timeout_ms = 30000;
+  return wb_drive(&echo_command, &c, argc, argv);
 }

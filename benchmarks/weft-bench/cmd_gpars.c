@@ -19,7 +19,7 @@
  * outputs are checked against the sequential answer after every timed batch.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "bench.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <math.h>
@@ -34,7 +34,6 @@
 
 #define MAX_LOOPS    1000000000
 #define MAX_ITEMS    1000000
-#define MAX_REPEAT   1000
 #define MAX_THREADS  4096
 #define DEFAULT_SEED 42
 
@@ -66,35 +65,6 @@ static const char gpars_help[] =
     "Each backend gets one untimed warm-up call; outputs are checked against the\n"
     "sequential answer after every timed batch. Exit codes: 0 ok, 1 a call failed\n"
     "or gave a wrong answer, 2 usage, 3 a case or backend this build lacks.\n";
-
-enum {
-  OPT_HELP = 1,
-  OPT_CASE,
-  OPT_LOOPS,
-  OPT_SIZE,
-  OPT_BACKEND,
-  OPT_THREADS,
-  OPT_SEED,
-  OPT_REPEAT,
-  OPT_JSON,
-  OPT_URL
-};
-
-static const wb_opt gpars_opts[] = {
-    {"help", false, OPT_HELP},
-    {"case", true, OPT_CASE},
-    {"loops", true, OPT_LOOPS},
-    {"size", true, OPT_SIZE},
-    {"backend", true, OPT_BACKEND},
-    {"threads", true, OPT_THREADS},
-    {"seed", true, OPT_SEED},
-    {"repeat", true, OPT_REPEAT},
-    {"json", false, OPT_JSON},
-    {"url", true, OPT_URL},
-    {NULL, false, 0},
-};
-
-static const gpars_case *const cases[] = {&wb_gpars_math, &wb_gpars_files, &wb_gpars_http};
 
 /* ------------------------------------------------------------------------ */
 /* The backends: one parallel map each                                       */
@@ -179,73 +149,178 @@ static int map_pool(size_t n, weft_index_fn fn, void *ctx, unsigned threads) {
   return rc ? -rc : atomic_load(&c.err);
 }
 
-typedef struct backend {
-  const char *name;  /* --backend value and the JSON "backend" */
-  const char *label; /* the report's: the write-up's "Normal" for sequential */
-  map_fn map;
-} backend;
-
-static const backend backends[] = {
-    {"seq", "Normal", map_seq},
-    {"weft-cpu", "weft pmap CPU", map_weft_cpu},
-    {"weft-blocking", "weft pmap BLOCKING", map_weft_blocking},
+/* The backends: a choice's id is its index in maps[]. */
+static const map_fn maps[] = {
+    map_seq,  map_weft_cpu, map_weft_blocking,
 #ifdef _OPENMP
-    {"omp", "OpenMP parallel for", map_omp},
+    map_omp,
 #else
-    {"omp", "OpenMP parallel for", NULL},
+    NULL,
 #endif
-    {"pool-per-call", "Pool per call", map_pool},
+    map_pool,
 };
-#define NBACKENDS (sizeof backends / sizeof backends[0])
+enum { B_SEQ, B_WEFT_CPU, B_WEFT_BLOCKING, B_OMP, B_POOL };
+
+static const wb_choice gpars_backends[] = {
+    {"seq", "Normal", NULL, B_SEQ},
+    {"weft-cpu", "weft pmap CPU", NULL, B_WEFT_CPU},
+    {"weft-blocking", "weft pmap BLOCKING", NULL, B_WEFT_BLOCKING},
+    {"omp", "OpenMP parallel for", WB_NEEDS_OPENMP, B_OMP},
+    {"pool-per-call", "Pool per call", NULL, B_POOL},
+};
 
 /* ------------------------------------------------------------------------ */
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-typedef struct gpars_run {
-  const backend *b;
-  double *samples; /* ms per batch of L calls, one per repetition */
-  size_t n;
-} gpars_run;
+enum { OPT_CASE = 1, OPT_LOOPS, OPT_SIZE, OPT_THREADS, OPT_SEED, OPT_URL };
 
-static json_value *gpars_record(const gpars_case *gc, const gpars_run *run, int64_t loops, size_t items,
-                                uint64_t seed, unsigned threads, double seq_median, const char *command) {
-  json_value *rec = json_new_object();
-  if (!rec) return NULL;
-  wb_summary s = wb_summarize(run->samples, run->n);
-  int rc = json_set_int(rec, "schema", WB_SCHEMA);
-  if (rc == 0) rc = json_set_str(rec, "bench", "gpars");
-  if (rc == 0) rc = json_set_str(rec, "case", gc->name);
-  if (rc == 0) rc = json_set_str(rec, "backend", run->b->name);
-  if (rc == 0) rc = json_set_str(rec, "label", run->b->label);
-  if (rc == 0) rc = json_set_int(rec, "loops", loops);
-  if (rc == 0) rc = json_set_int(rec, "items", (int64_t)items);
-  if (rc == 0) rc = json_set_int(rec, "seed", (int64_t)seed);
-  if (rc == 0 && run->b->map == map_pool) rc = json_set_int(rec, "pool_threads", threads);
-  if (rc == 0) rc = json_set_int(rec, "warmup_calls", 1);
-  if (rc == 0) rc = json_set_str(rec, "status", "ok");
-  if (rc == 0) rc = wb_add_timing(rec, run->samples, run->n);
-  if (rc == 0)
-    rc = json_set_num(rec, "per_s", s.median > 0 ? wb_round_ms((double)loops / (s.median / 1000.0)) : 0);
-  if (rc == 0) rc = json_set_num(rec, "ns_per_call", wb_round_ms(s.median * 1e6 / (double)loops));
-  if (rc == 0)
-    rc = seq_median > 0 ? json_set_num(rec, "speedup", round(seq_median / s.median * 1e4) / 1e4)
-                        : json_set_null(rec, "speedup");
-  if (rc == 0) rc = wb_meta_add(rec);
-  if (rc == 0) rc = json_set_str(rec, "command", command);
-  if (rc < 0) {
-    json_free(rec);
-    return NULL;
+static const wb_opt gpars_opts[] = {
+    {"case", true, OPT_CASE}, {"loops", true, OPT_LOOPS},
+    {"size", true, OPT_SIZE}, {"threads", true, OPT_THREADS},
+    {"seed", true, OPT_SEED}, {"url", true, OPT_URL},
+    {NULL, false, 0},
+};
+
+static const gpars_case *const cases[] = {&wb_gpars_math, &wb_gpars_files, &wb_gpars_http};
+
+typedef struct gpars_cmd {
+  const char *case_name, *url;
+  int64_t loops, size, seed, threads;
+  const gpars_case *gc;
+  size_t items;
+  void *ctx; /* the case's, from its setup */
+} gpars_cmd;
+
+static int gpars_option(wb_driver *d, int id, const char *arg) {
+  gpars_cmd *c = d->ctx;
+  bool ok = true;
+  switch (id) {
+  case OPT_CASE:
+    c->case_name = arg;
+    break;
+  case OPT_LOOPS:
+    ok = wb_parse_i64("gpars", "loops", arg, 1, MAX_LOOPS, &c->loops);
+    break;
+  case OPT_SIZE:
+    ok = wb_parse_i64("gpars", "size", arg, 1, MAX_ITEMS, &c->size);
+    break;
+  case OPT_THREADS:
+    ok = wb_parse_i64("gpars", "threads", arg, 1, MAX_THREADS, &c->threads);
+    break;
+  case OPT_SEED:
+    ok = wb_parse_i64("gpars", "seed", arg, 0, INT64_MAX, &c->seed);
+    break;
+  case OPT_URL:
+    c->url = arg;
+    break;
   }
-  return rec;
+  return ok ? 0 : WB_EXIT_USAGE;
 }
 
-/* Prefix a case's check message in err with the backend that gave the wrong answer. */
-static void wrong_answer(char *err, size_t errlen, const char *backend_name) {
-  char *why = strdup(err);
-  snprintf(err, errlen, "%s gave a wrong answer: %s", backend_name,
-           why ? why : "(no details: out of memory)");
-  free(why);
+static int gpars_prepare(wb_driver *d) {
+  gpars_cmd *c = d->ctx;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (strcmp(cases[i]->name, c->case_name) == 0) c->gc = cases[i];
+  if (!c->gc) return wb_usage_error("gpars", "--case: unknown case '%s' (math, files, http)", c->case_name);
+  if (c->url && c->gc != &wb_gpars_http) return wb_usage_error("gpars", "--url is for --case http");
+  if (c->url) wb_gpars_http_set_url(c->url);
+  c->items = c->size ? (size_t)c->size : c->gc->default_items;
+  if (!c->threads) c->threads = wb_cores();
+  return 0;
+}
+
+/* The canonical command line: every value explicit, so a later default change cannot alter the rerun. */
+static int gpars_args(wb_driver *d, wb_args *a) {
+  gpars_cmd *c = d->ctx;
+  wb_args_add(a, "--case");
+  wb_args_add(a, c->gc->name);
+  wb_args_int(a, "--loops", c->loops);
+  wb_args_int(a, "--size", (int64_t)c->items);
+  wb_args_picked(d, a);
+  wb_args_int(a, "--threads", c->threads);
+  wb_args_int(a, "--seed", c->seed);
+  wb_args_repeat(d, a);
+  if (c->url) {
+    wb_args_add(a, "--url");
+    wb_args_add(a, c->url);
+  }
+  return 0;
+}
+
+static int gpars_setup(wb_driver *d) {
+  gpars_cmd *c = d->ctx;
+  char err[512] = "";
+  int rc = c->gc->setup(&c->ctx, c->items, (uint64_t)c->seed, err, sizeof err);
+  if (rc == -ENOSYS) {
+    fprintf(stderr, "weft-bench gpars: %s\n", err);
+    return WB_EXIT_UNAVAILABLE;
+  }
+  if (rc < 0) {
+    fprintf(stderr, "weft-bench gpars: case %s: %s\n", c->gc->name, err);
+    return WB_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* A map's failure: the first element error or weft's. */
+static int call_failed(wb_sample *s, int rc, const char *what) {
+  return wb_fail(s, rc < 0 ? rc : -EIO, "%s failed: %s", what,
+                 rc < 0 ? weft_strerror(rc) : "an element returned nonzero");
+}
+
+/*
+ * The warm-up is one untimed call (the first call of a backend pays for
+ * starting its threads once); a measurement is L calls, timed as a whole.
+ * Both end with the check against the sequential answer.
+ */
+static int gpars_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
+  gpars_cmd *c = d->ctx;
+  map_fn map = maps[r->id];
+  int64_t loops = phase == WB_WARMUP ? 1 : c->loops;
+  c->gc->reset(c->ctx);
+  int64_t t0 = wb_now_ns();
+  for (int64_t l = 0; l < loops; l++) {
+    int rc = map(c->items, c->gc->element, c->ctx, (unsigned)c->threads);
+    if (rc != 0) {
+      char what[64];
+      snprintf(what, sizeof what, phase == WB_WARMUP ? "the call" : "call %lld", (long long)l + 1);
+      return call_failed(s, rc, what);
+    }
+    if ((l & 63) == 0) wb_progress(false, "%s: %lld of %lld calls", r->name, (long long)l, (long long)loops);
+  }
+  s->ms = (double)(wb_now_ns() - t0) / 1e6;
+  char err[200];
+  int rc = c->gc->check(c->ctx, err, sizeof err);
+  if (rc < 0) return wb_fail(s, rc, "a wrong answer: %s", err);
+  return 0;
+}
+
+static double seq_median(const wb_driver *d) {
+  const wb_run *seq = wb_find_run(d, "seq");
+  return seq && !seq->failed ? wb_run_ms(seq).median : 0;
+}
+
+static int gpars_record(wb_driver *d, const wb_run *r, json_t *rec) {
+  gpars_cmd *c = d->ctx;
+  wb_summary s = wb_run_ms(r);
+  double seq = seq_median(d);
+  int rc = wb_json_set_str(rec, "case", c->gc->name);
+  if (rc == 0) rc = wb_json_set_str(rec, "label", wb_run_label(r));
+  if (rc == 0) rc = wb_json_set_int(rec, "loops", c->loops);
+  if (rc == 0) rc = wb_json_set_int(rec, "items", (int64_t)c->items);
+  if (rc == 0) rc = wb_json_set_int(rec, "seed", c->seed);
+  if (rc == 0 && r->id == B_POOL) rc = wb_json_set_int(rec, "pool_threads", c->threads);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_calls", 1);
+  if (rc == 0 && r->n) {
+    rc =
+        wb_json_set_num(rec, "per_s", s.median > 0 ? wb_round_ms((double)c->loops / (s.median / 1000.0)) : 0);
+    if (rc == 0) rc = wb_json_set_num(rec, "ns_per_call", wb_round_ms(s.median * 1e6 / (double)c->loops));
+    if (rc == 0)
+      rc = seq > 0 ? wb_json_set_num(rec, "speedup", round(seq / s.median * 1e4) / 1e4)
+                   : wb_json_set_null(rec, "speedup");
+  }
+  return rc;
 }
 
 /* Milliseconds with the precision they deserve: whole above 100, to the microsecond below 1. */
@@ -258,236 +333,60 @@ static void print_ms(double ms) {
     printf("%.3f", ms);
 }
 
-static void print_line(const gpars_run *run, int64_t loops, double seq_median) {
-  wb_summary s = wb_summarize(run->samples, run->n);
-  printf("%s: %lld in ", run->b->label, (long long)loops);
-  print_ms(s.median);
-  printf(" ms (%.0f/s)", s.median > 0 ? (double)loops / (s.median / 1000.0) : 0.0);
-  if (run->b->map != map_seq && seq_median > 0) printf(", %.2fx sequential", seq_median / s.median);
-  if (run->n > 1) {
-    printf("  [min ");
-    print_ms(s.min);
-    printf(", max ");
-    print_ms(s.max);
-    printf(" ms over %zu]", run->n);
+static void gpars_report(wb_driver *d) {
+  gpars_cmd *c = d->ctx;
+  double seq = seq_median(d);
+  printf("gpars %s: %lld calls of a map over %zu elements (%s); %u cores, seed %lld\n", c->gc->name,
+         (long long)c->loops, c->items, c->gc->what, wb_cores(), (long long)c->seed);
+  for (size_t j = 0; j < d->nruns; j++) {
+    const wb_run *r = &d->runs[j];
+    if (r->n == 0) {
+      printf("%s: FAILED: %s\n", wb_run_label(r), r->error);
+      continue;
+    }
+    wb_summary s = wb_run_ms(r);
+    printf("%s: %lld in ", wb_run_label(r), (long long)c->loops);
+    print_ms(s.median);
+    printf(" ms (%.0f/s)", s.median > 0 ? (double)c->loops / (s.median / 1000.0) : 0.0);
+    if (r->id != B_SEQ && seq > 0) printf(", %.2fx sequential", seq / s.median);
+    if (r->n > 1) {
+      printf("  [min ");
+      print_ms(s.min);
+      printf(", max ");
+      print_ms(s.max);
+      printf(" ms over %zu]", r->n);
+    }
+    if (r->failed) printf("  FAILED: %s", r->error);
+    printf("\n");
   }
-  printf("\n");
 }
 
-/* One timed batch: reset, L calls, stop the clock, check. Returns 0 or the first failure (err filled). */
-static int timed_batch(const gpars_case *gc, void *ctx, const backend *b, int64_t loops, size_t items,
-                       unsigned threads, const char *progress_tag, double *ms, char *err, size_t errlen) {
-  gc->reset(ctx);
-  int64_t t0 = wb_now_ns();
-  for (int64_t l = 0; l < loops; l++) {
-    int rc = b->map(items, gc->element, ctx, threads);
-    if (rc != 0) {
-      snprintf(err, errlen, "%s: call %lld failed: %s", b->name, (long long)l + 1,
-               rc < 0 ? weft_strerror(rc) : "an element returned nonzero");
-      return rc < 0 ? rc : -EIO;
-    }
-    if ((l & 63) == 0)
-      wb_progress(false, "%s %s: %lld of %lld calls", progress_tag, b->name, (long long)l, (long long)loops);
-  }
-  *ms = (double)(wb_now_ns() - t0) / 1e6;
-  int rc = gc->check(ctx, err, errlen);
-  if (rc < 0) wrong_answer(err, errlen, b->name);
-  return rc;
+static void gpars_teardown(wb_driver *d) {
+  gpars_cmd *c = d->ctx;
+  if (c->gc) c->gc->teardown(c->ctx);
+  c->ctx = NULL;
 }
+
+static const wb_command gpars_command = {
+    .name = "gpars",
+    .help = gpars_help,
+    .opts = gpars_opts,
+    .pick = "backend",
+    .choices = gpars_backends,
+    .nchoices = sizeof gpars_backends / sizeof gpars_backends[0],
+    .max_repeat = 1000,
+    .flags = WB_CMD_WARMUP,
+    .option = gpars_option,
+    .prepare = gpars_prepare,
+    .args = gpars_args,
+    .setup = gpars_setup,
+    .run = gpars_run,
+    .record = gpars_record,
+    .report = gpars_report,
+    .teardown = gpars_teardown,
+};
 
 int wb_cmd_gpars(int argc, char **argv) {
-  const char *case_name = "math", *backend_list = NULL, *url = NULL;
-  int64_t loops = 5000, size = 0, repeat = 1, seed = DEFAULT_SEED, threads = 0;
-  bool json = false;
-  wb_optstate st;
-  wb_opt_init(&st, argc, argv, "gpars");
-  const char *arg;
-  int id;
-  while ((id = wb_opt_next(&st, gpars_opts, &arg)) != WB_OPT_END) {
-    switch (id) {
-    case WB_OPT_ERROR:
-      return WB_EXIT_USAGE;
-    case WB_OPT_POSITIONAL:
-      return wb_usage_error("gpars", "unexpected argument '%s'", arg);
-    case OPT_HELP:
-      fputs(gpars_help, stdout);
-      return WB_EXIT_OK;
-    case OPT_CASE:
-      case_name = arg;
-      break;
-    case OPT_LOOPS:
-      if (!wb_parse_i64("gpars", "loops", arg, 1, MAX_LOOPS, &loops)) return WB_EXIT_USAGE;
-      break;
-    case OPT_SIZE:
-      if (!wb_parse_i64("gpars", "size", arg, 1, MAX_ITEMS, &size)) return WB_EXIT_USAGE;
-      break;
-    case OPT_BACKEND:
-      backend_list = arg;
-      break;
-    case OPT_THREADS:
-      if (!wb_parse_i64("gpars", "threads", arg, 1, MAX_THREADS, &threads)) return WB_EXIT_USAGE;
-      break;
-    case OPT_SEED:
-      if (!wb_parse_i64("gpars", "seed", arg, 0, INT64_MAX, &seed)) return WB_EXIT_USAGE;
-      break;
-    case OPT_REPEAT:
-      if (!wb_parse_i64("gpars", "repeat", arg, 1, MAX_REPEAT, &repeat)) return WB_EXIT_USAGE;
-      break;
-    case OPT_JSON:
-      json = true;
-      break;
-    case OPT_URL:
-      url = arg;
-      break;
-    }
-  }
-  const gpars_case *gc = NULL;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    if (strcmp(cases[i]->name, case_name) == 0) gc = cases[i];
-  if (!gc) return wb_usage_error("gpars", "--case: unknown case '%s' (math, files, http)", case_name);
-  if (url && gc != &wb_gpars_http) return wb_usage_error("gpars", "--url is for --case http");
-  if (url) wb_gpars_http_set_url(url);
-  size_t items = size ? (size_t)size : gc->default_items;
-  unsigned cores = wb_cores();
-  if (!threads) threads = cores;
-
-  /* The backends, in the order given (default: all this build has). */
-  gpars_run runs[NBACKENDS];
-  size_t nruns = 0;
-  memset(runs, 0, sizeof runs);
-  if (!backend_list) {
-    for (size_t b = 0; b < NBACKENDS; b++)
-      if (backends[b].map) runs[nruns++].b = &backends[b];
-  } else {
-    for (const char *p = backend_list;;) {
-      size_t len = strcspn(p, ",");
-      size_t b = 0;
-      while (b < NBACKENDS && !(strlen(backends[b].name) == len && strncmp(backends[b].name, p, len) == 0))
-        b++;
-      if (b == NBACKENDS)
-        return wb_usage_error("gpars",
-                              "--backend: unknown backend '%.*s' (seq, weft-cpu, weft-blocking, omp, "
-                              "pool-per-call)",
-                              (int)len, p);
-      for (size_t j = 0; j < nruns; j++)
-        if (runs[j].b == &backends[b])
-          return wb_usage_error("gpars", "--backend: '%s' given twice", backends[b].name);
-      if (!backends[b].map) {
-        fprintf(stderr,
-                "weft-bench gpars: backend %s is not available: this weft-bench was built without OpenMP\n",
-                backends[b].name);
-        return WB_EXIT_UNAVAILABLE;
-      }
-      runs[nruns++].b = &backends[b];
-      if (p[len] == '\0') break;
-      p += len + 1;
-    }
-  }
-  for (size_t j = 0; j < nruns; j++) {
-    runs[j].samples = calloc((size_t)repeat, sizeof *runs[j].samples);
-    if (!runs[j].samples) {
-      for (size_t k = 0; k < j; k++) free(runs[k].samples);
-      fprintf(stderr, "weft-bench gpars: out of memory\n");
-      return WB_EXIT_FAIL;
-    }
-  }
-
-  /* The canonical command line: every value explicit, so a later default change cannot alter the rerun. */
-  wb_str blist = {0};
-  for (size_t j = 0; j < nruns; j++) {
-    if (j) wb_str_add(&blist, ",");
-    wb_str_add(&blist, runs[j].b->name);
-  }
-  char loops_s[24], size_s[24], seed_s[24], threads_s[24], repeat_s[24];
-  snprintf(loops_s, sizeof loops_s, "%lld", (long long)loops);
-  snprintf(size_s, sizeof size_s, "%zu", items);
-  snprintf(seed_s, sizeof seed_s, "%lld", (long long)seed);
-  snprintf(threads_s, sizeof threads_s, "%lld", (long long)threads);
-  snprintf(repeat_s, sizeof repeat_s, "%lld", (long long)repeat);
-  char *args[18] = {"gpars",   "--case", (char *)gc->name, "--loops",  loops_s,
-                    "--size",  size_s,   "--backend",      blist.s,    "--threads",
-                    threads_s, "--seed", seed_s,           "--repeat", repeat_s};
-  size_t nargs = 15;
-  if (url) {
-    args[nargs++] = "--url";
-    args[nargs++] = (char *)url;
-  }
-  if (json) args[nargs++] = "--json";
-  char *command = NULL;
-  if (!blist.s || wb_command_line(args, nargs, NULL, &command) < 0) {
-    fprintf(stderr, "weft-bench gpars: out of memory\n");
-    for (size_t j = 0; j < nruns; j++) free(runs[j].samples);
-    wb_str_free(&blist);
-    return WB_EXIT_FAIL;
-  }
-  wb_str_free(&blist);
-  wb_progress_init(json);
-  if (!json) fprintf(stderr, "command: %s\n", command);
-
-  char err[512] = "";
-  void *ctx = NULL;
-  int exit_code = WB_EXIT_OK;
-  int rc = gc->setup(&ctx, items, (uint64_t)seed, err, sizeof err);
-  if (rc == -ENOSYS) {
-    fprintf(stderr, "weft-bench gpars: %s\n", err);
-    exit_code = WB_EXIT_UNAVAILABLE;
-    goto out;
-  }
-  if (rc < 0) {
-    fprintf(stderr, "weft-bench gpars: case %s: %s\n", gc->name, err);
-    exit_code = WB_EXIT_FAIL;
-    goto out;
-  }
-
-  /* Warm-up, untimed: the first call of a backend pays for starting its threads once. */
-  for (size_t j = 0; j < nruns && rc == 0; j++) {
-    wb_progress(true, "warm-up: %s", runs[j].b->name);
-    gc->reset(ctx);
-    rc = runs[j].b->map(items, gc->element, ctx, (unsigned)threads);
-    if (rc != 0)
-      snprintf(err, sizeof err, "%s: the warm-up call failed: %s", runs[j].b->name,
-               rc < 0 ? weft_strerror(rc) : "an element returned nonzero");
-    else if ((rc = gc->check(ctx, err, sizeof err)) < 0)
-      wrong_answer(err, sizeof err, runs[j].b->name);
-  }
-  for (int64_t r = 0; r < repeat && rc == 0; r++) {
-    for (size_t k = 0; k < nruns && rc == 0; k++) {
-      gpars_run *run = &runs[wb_interleave((size_t)r, k, nruns)];
-      char tag[64];
-      snprintf(tag, sizeof tag, "[repetition %lld of %lld]", (long long)r + 1, (long long)repeat);
-      rc = timed_batch(gc, ctx, run->b, loops, items, (unsigned)threads, tag, &run->samples[run->n], err,
-                       sizeof err);
-      if (rc == 0) run->n++;
-    }
-  }
-  wb_progress_clear();
-  if (rc != 0) {
-    fprintf(stderr, "weft-bench gpars: case %s: %s\n", gc->name, err);
-    exit_code = WB_EXIT_FAIL;
-    goto out;
-  }
-
-  double seq_median = 0;
-  for (size_t j = 0; j < nruns; j++)
-    if (runs[j].b->map == map_seq) seq_median = wb_summarize(runs[j].samples, runs[j].n).median;
-  if (!json) {
-    printf("gpars %s: %lld calls of a map over %zu elements (%s); %u cores, seed %lld\n", gc->name,
-           (long long)loops, items, gc->what, cores, (long long)seed);
-    for (size_t j = 0; j < nruns; j++) print_line(&runs[j], loops, seq_median);
-  } else {
-    for (size_t j = 0; j < nruns; j++) {
-      json_value *rec =
-          gpars_record(gc, &runs[j], loops, items, (uint64_t)seed, (unsigned)threads, seq_median, command);
-      if (!rec || json_print_line(rec, stdout) < 0) {
-        fprintf(stderr, "weft-bench gpars: cannot write the record for %s\n", runs[j].b->name);
-        exit_code = WB_EXIT_FAIL;
-      }
-      json_free(rec);
-    }
-  }
-out:
-  gc->teardown(ctx);
-  for (size_t j = 0; j < nruns; j++) free(runs[j].samples);
-  free(command);
-  return exit_code;
+  gpars_cmd c = {.case_name = "math", .loops = 5000, .seed = DEFAULT_SEED};
+  return wb_drive(&gpars_command, &c, argc, argv);
 }

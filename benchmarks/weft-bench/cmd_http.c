@@ -26,7 +26,7 @@
  * server instead.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "bench.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,11 +40,11 @@
 
 #include "http.h"
 #include "net.h"
+#include "server.h"
 #include "weft.h"
 
 #define MAX_REQUESTS    50000000 /* a float of latency each */
 #define MAX_CONCURRENCY 100000
-#define MAX_REPEAT      1000
 #define MAX_TIMEOUT_MS  3600000
 #define PAGE_SEED       42
 #define WARMUP_MIN      100 /* untimed requests per backend first: max(this, C), at most R */
@@ -80,31 +80,7 @@ static const char http_help[] =
     "Exit codes: 0 ok, 1 a request or the server failed, 2 usage, 3 a backend\n"
     "this build lacks.\n";
 
-enum {
-  OPT_HELP = 1,
-  OPT_URL,
-  OPT_REQUESTS,
-  OPT_CONCURRENCY,
-  OPT_KEEPALIVE,
-  OPT_BACKEND,
-  OPT_TIMEOUT,
-  OPT_REPEAT,
-  OPT_JSON
-};
-
-static const wb_opt http_opts[] = {
-    {"help", false, OPT_HELP},           {"url", true, OPT_URL},
-    {"requests", true, OPT_REQUESTS},    {"concurrency", true, OPT_CONCURRENCY},
-    {"keepalive", false, OPT_KEEPALIVE}, {"backend", true, OPT_BACKEND},
-    {"timeout-ms", true, OPT_TIMEOUT},   {"repeat", true, OPT_REPEAT},
-    {"json", false, OPT_JSON},           {NULL, false, 0},
-};
-
 enum { B_WEFT, B_OMP, B_THREADS, NBACKENDS };
-static const char *const backend_names[NBACKENDS] = {"weft", "omp", "threads"};
-static const char *const backend_labels[NBACKENDS] = {"weft pmap BLOCKING (fibers)",
-                                                      "OpenMP parallel for (blocking sockets)",
-                                                      "thread per request (blocking sockets)"};
 
 /* ------------------------------------------------------------------------ */
 /* One measured run of one backend                                           */
@@ -273,7 +249,7 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
   wb_errors_init(&ctx.errors);
   atomic_init(&ctx.ok, 0);
   for (size_t i = 0; i < requests; i++) lat[i] = NAN;
-  double cpu0 = wb_cpu_ms();
+  wb_usage u0 = wb_usage_now();
   int64_t t0 = wb_now_ns();
   if (b == B_WEFT) run_weft(&ctx, requests, concurrency);
 #ifdef _OPENMP
@@ -283,7 +259,7 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
   else if (b == B_THREADS)
     run_threads(&ctx, requests, concurrency);
   res->elapsed_ms = (double)(wb_now_ns() - t0) / 1e6;
-  res->cpu_ms = wb_cpu_ms() - cpu0;
+  res->cpu_ms = wb_usage_cpu_ms(wb_usage_since(wb_usage_now(), u0));
   res->ok = atomic_load(&ctx.ok);
   /* Whatever did not succeed is an error, counted or not (a map that could not start counts them all). */
   res->errors = requests - res->ok;
@@ -295,393 +271,322 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
 }
 
 /* ------------------------------------------------------------------------ */
-/* Aggregates over repetitions, records, the report                          */
-/* ------------------------------------------------------------------------ */
-
-typedef struct agg {
-  int b;
-  size_t in_flight;
-  double *elapsed, *rps, *p50, *p90, *p99, *pmax; /* one per repetition */
-  double *cpu_us;                                 /* CPU microseconds per successful request */
-  double *cores;                                  /* CPU time over wall time: cores the process got */
-  size_t n;
-  size_t errors, warmup_errors;
-  unsigned retries, reconnects;
-  char first_error[320]; /* a run's first error (256 at most) with "warm-up: " in front */
-} agg;
-
-static json_value *record(const agg *a, const agg *all, size_t nall, const http_setup *hs, const char *url,
-                          bool own_server, size_t requests, size_t concurrency, size_t warmup,
-                          const wb_server_stats *srv, int backlog, const char *command) {
-  json_value *rec = json_new_object();
-  if (!rec) return NULL;
-  const agg *omp = NULL, *thr = NULL;
-  for (size_t j = 0; j < nall; j++) {
-    if (all[j].b == B_OMP) omp = &all[j];
-    if (all[j].b == B_THREADS) thr = &all[j];
-  }
-  bool failed = a->errors > 0 || a->n == 0 || (srv && srv->errors > 0);
-  const char *why = a->first_error[0] ? a->first_error : (srv && srv->errors ? srv->first_error : "");
-  int rc = json_set_int(rec, "schema", WB_SCHEMA);
-  if (rc == 0) rc = json_set_str(rec, "bench", "http");
-  if (rc == 0) rc = json_set_str(rec, "backend", backend_names[a->b]);
-  if (rc == 0) rc = json_set_str(rec, "label", backend_labels[a->b]);
-  if (rc == 0) rc = json_set_str(rec, "url", url);
-  if (rc == 0) rc = json_set_str(rec, "server", own_server ? "loopback" : "external");
-  if (rc == 0)
-    rc = hs->expect_len != SIZE_MAX ? json_set_int(rec, "body_bytes", (int64_t)hs->expect_len)
-                                    : json_set_null(rec, "body_bytes");
-  if (rc == 0) rc = json_set_int(rec, "requests", (int64_t)requests);
-  if (rc == 0) rc = json_set_int(rec, "concurrency", (int64_t)concurrency);
-  if (rc == 0) rc = json_set_int(rec, "in_flight_max", (int64_t)a->in_flight);
-  if (rc == 0) rc = json_set_bool(rec, "keepalive", hs->keepalive);
-  if (rc == 0) rc = json_set_int(rec, "timeout_ms", hs->timeout_ns / 1000000);
-  if (rc == 0) rc = json_set_str(rec, "status", failed ? "failed" : "ok");
-  if (rc == 0 && failed) rc = json_set_str(rec, "error", why[0] ? why : "no repetition ran");
-  if (rc == 0) rc = json_set_int(rec, "errors", (int64_t)a->errors);
-  if (rc == 0) rc = json_set_int(rec, "warmup_requests", (int64_t)warmup);
-  if (rc == 0) rc = json_set_int(rec, "warmup_errors", (int64_t)a->warmup_errors);
-  if (rc == 0) rc = json_set_int(rec, "connect_retries", a->retries);
-  if (rc == 0) rc = json_set_int(rec, "reconnects", a->reconnects);
-  if (rc == 0)
-    rc = srv ? json_set_int(rec, "server_errors", (int64_t)srv->errors) : json_set_null(rec, "server_errors");
-  if (rc == 0) rc = srv ? json_set_int(rec, "listen_backlog", backlog) : json_set_null(rec, "listen_backlog");
-  if (rc == 0 && a->n) rc = wb_add_timing(rec, a->elapsed, a->n);
-  if (rc == 0) rc = wb_json_num_or_null(rec, "rps", a->n ? wb_round_ms(wb_median(a->rps, a->n)) : NAN);
-  if (rc == 0)
-    rc = wb_json_num_or_null(rec, "rps_min", a->n ? wb_round_ms(wb_summarize(a->rps, a->n).min) : NAN);
-  if (rc == 0) rc = wb_json_num_or_null(rec, "rps_max", a->n ? wb_round_ms(wb_max(a->rps, a->n)) : NAN);
-  if (rc == 0) rc = json_set_nums(rec, "rps_samples", a->rps, a->n);
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_p50", wb_round_ms(wb_median(a->p50, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_p90", wb_round_ms(wb_median(a->p90, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_p99", wb_round_ms(wb_median(a->p99, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "latency_ms_max", wb_round_ms(wb_max(a->pmax, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "cpu_us_per_request", wb_round_ms(wb_median(a->cpu_us, a->n)));
-  if (rc == 0) rc = wb_json_num_or_null(rec, "cpu_cores_used", round(wb_median(a->cores, a->n) * 100) / 100);
-  if (rc == 0 && a->b == B_WEFT)
-    rc =
-        omp ? wb_json_add_ratio(rec, "vs_omp", a->rps, a->n, omp->rps, omp->n) : json_set_null(rec, "vs_omp");
-  if (rc == 0 && a->b == B_WEFT)
-    rc = thr ? wb_json_add_ratio(rec, "vs_threads", a->rps, a->n, thr->rps, thr->n)
-             : json_set_null(rec, "vs_threads");
-  if (rc == 0) rc = wb_meta_add(rec);
-  if (rc == 0) rc = json_set_str(rec, "command", command);
-  if (rc < 0) {
-    json_free(rec);
-    return NULL;
-  }
-  return rec;
-}
-
-static void print_report(const agg *aggs, size_t n, const char *url, bool own, const http_setup *hs,
-                         size_t requests, size_t concurrency, const wb_server_stats *srv) {
-  printf("http: %zu GETs of %s (%s), at most %zu in flight, %s; %u cores\n", requests, url,
-         own ? "weft-bench's loopback server, a fiber per connection" : "external server", concurrency,
-         hs->keepalive ? "connections kept alive" : "a new connection per request", wb_cores());
-  printf("%-8s %9s %12s %12s %12s %9s %9s %9s %9s %10s %5s %8s\n", "backend", "in flight", "requests/s",
-         "min", "max", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/req", "cores", "errors");
-  for (size_t j = 0; j < n; j++) {
-    const agg *a = &aggs[j];
-    if (a->n == 0) {
-      printf("%-8s  no repetition ran: %s\n", backend_names[a->b], a->first_error);
-      continue;
-    }
-    wb_summary s = wb_summarize(a->rps, a->n);
-    printf("%-8s %9zu %12.0f %12.0f %12.0f", backend_names[a->b], a->in_flight, s.median, s.min, s.max);
-    wb_print_cell(wb_median(a->p50, a->n), 9, 3);
-    wb_print_cell(wb_median(a->p90, a->n), 9, 3);
-    wb_print_cell(wb_median(a->p99, a->n), 9, 3);
-    wb_print_cell(wb_max(a->pmax, a->n), 9, 3);
-    wb_print_cell(wb_median(a->cpu_us, a->n), 10, 1);
-    wb_print_cell(wb_median(a->cores, a->n), 5, 2);
-    printf(" %8zu\n", a->errors);
-  }
-  const agg *omp = NULL, *thr = NULL;
-  for (size_t j = 0; j < n; j++) {
-    if (aggs[j].b == B_OMP) omp = &aggs[j];
-    if (aggs[j].b == B_THREADS) thr = &aggs[j];
-  }
-  for (size_t j = 0; j < n; j++) {
-    if (aggs[j].b != B_WEFT) continue;
-    if (omp) wb_print_ratio("weft/omp", aggs[j].rps, aggs[j].n, omp->rps, omp->n);
-    if (thr) wb_print_ratio("weft/threads", aggs[j].rps, aggs[j].n, thr->rps, thr->n);
-  }
-  for (size_t j = 0; j < n; j++)
-    if (aggs[j].errors || aggs[j].warmup_errors)
-      printf("  %s: %zu errors (%zu in the warm-up); first: %s\n", backend_names[aggs[j].b], aggs[j].errors,
-             aggs[j].warmup_errors, aggs[j].first_error);
-  if (srv && srv->errors) printf("  server: %zu errors; first: %s\n", srv->errors, srv->first_error);
-  printf("(medians over %zu repetitions; latency: connect to close of one request, percentiles are the\n"
-         " medians of each repetition's, max the largest; CPU: the whole process's, server included;\n"
-         " cores: CPU time over wall time, the share of the machine the run got)\n",
-         n ? aggs[0].n : 0);
-}
-
-/* ------------------------------------------------------------------------ */
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-int wb_cmd_http(int argc, char **argv) {
-  const char *url_arg = NULL, *backend_list = NULL;
-  int64_t requests = 10000, concurrency = 1000, timeout_ms = 10000, repeat = 1;
-  bool keepalive = false, json = false;
-  wb_optstate st;
-  wb_opt_init(&st, argc, argv, "http");
-  const char *arg;
-  int id;
-  while ((id = wb_opt_next(&st, http_opts, &arg)) != WB_OPT_END) {
-    switch (id) {
-    case WB_OPT_ERROR:
-      return WB_EXIT_USAGE;
-    case WB_OPT_POSITIONAL:
-      return wb_usage_error("http", "unexpected argument '%s'", arg);
-    case OPT_HELP:
-      fputs(http_help, stdout);
-      return WB_EXIT_OK;
-    case OPT_URL:
-      url_arg = arg;
-      break;
-    case OPT_REQUESTS:
-      if (!wb_parse_i64("http", "requests", arg, 1, MAX_REQUESTS, &requests)) return WB_EXIT_USAGE;
-      break;
-    case OPT_CONCURRENCY:
-      if (!wb_parse_i64("http", "concurrency", arg, 1, MAX_CONCURRENCY, &concurrency)) return WB_EXIT_USAGE;
-      break;
-    case OPT_KEEPALIVE:
-      keepalive = true;
-      break;
-    case OPT_BACKEND:
-      backend_list = arg;
-      break;
-    case OPT_TIMEOUT:
-      if (!wb_parse_i64("http", "timeout-ms", arg, 1, MAX_TIMEOUT_MS, &timeout_ms)) return WB_EXIT_USAGE;
-      break;
-    case OPT_REPEAT:
-      if (!wb_parse_i64("http", "repeat", arg, 1, MAX_REPEAT, &repeat)) return WB_EXIT_USAGE;
-      break;
-    case OPT_JSON:
-      json = true;
-      break;
-    }
-  }
+enum { OPT_URL = 1, OPT_REQUESTS, OPT_CONCURRENCY, OPT_KEEPALIVE, OPT_TIMEOUT };
+
+static const wb_opt http_opts[] = {
+    {"url", true, OPT_URL},
+    {"requests", true, OPT_REQUESTS},
+    {"concurrency", true, OPT_CONCURRENCY},
+    {"keepalive", false, OPT_KEEPALIVE},
+    {"timeout-ms", true, OPT_TIMEOUT},
+    {NULL, false, 0},
+};
+
+static const wb_choice http_backends[] = {
+    {"weft", "weft pmap BLOCKING (fibers)", NULL, B_WEFT},
+    {"omp", "OpenMP parallel for (blocking sockets)", WB_NEEDS_OPENMP, B_OMP},
+    {"threads", "thread per request (blocking sockets)", NULL, B_THREADS},
+};
+
+/* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
+enum { M_RPS, M_P50, M_P90, M_P99, M_PMAX, M_CPU_US, M_CORES, NMETRICS };
+static const wb_metric http_metrics[NMETRICS] = {
+    {"rps", WB_METRIC_MINMAX | WB_METRIC_SAMPLES, 1e-3},
+    {"latency_ms_p50", 0, 1e-3},
+    {"latency_ms_p90", 0, 1e-3},
+    {"latency_ms_p99", 0, 1e-3},
+    {"latency_ms_max", WB_METRIC_MAX, 1e-3},
+    {"cpu_us_per_request", 0, 1e-3},
+    {"cpu_cores_used", 0, 1e-2},
+};
+
+/* What a backend adds up over its repetitions besides the samples. */
+typedef struct http_totals {
+  size_t in_flight; /* C; the team size for omp */
+  size_t errors, warmup_errors;
+  unsigned retries, reconnects;
+} http_totals;
+
+typedef struct http_cmd {
+  const char *url_arg;
+  int64_t requests, concurrency, timeout_ms;
+  bool keepalive;
   http_setup hs;
-  memset(&hs, 0, sizeof hs);
+  size_t warmup; /* requests of the warm-up */
+  wb_http_page page;
+  bool have_page;
+  wb_server *srv;
+  wb_server_stats srv_stats;
+  int backlog;
+  char url[1100]; /* the URL the clients GET */
+  float *lat;     /* a latency per request */
+  http_totals totals[NBACKENDS];
+} http_cmd;
+
+static int http_option(wb_driver *d, int id, const char *arg) {
+  http_cmd *c = d->ctx;
+  bool ok = true;
+  switch (id) {
+  case OPT_URL:
+    c->url_arg = arg;
+    break;
+  case OPT_REQUESTS:
+    ok = wb_parse_i64("http", "requests", arg, 1, MAX_REQUESTS, &c->requests);
+    break;
+  case OPT_CONCURRENCY:
+    ok = wb_parse_i64("http", "concurrency", arg, 1, MAX_CONCURRENCY, &c->concurrency);
+    break;
+  case OPT_KEEPALIVE:
+    c->keepalive = true;
+    break;
+  case OPT_TIMEOUT:
+    ok = wb_parse_i64("http", "timeout-ms", arg, 1, MAX_TIMEOUT_MS, &c->timeout_ms);
+    break;
+  }
+  return ok ? 0 : WB_EXIT_USAGE;
+}
+
+static int http_prepare(wb_driver *d) {
+  http_cmd *c = d->ctx;
   char err[512] = "";
-  if (url_arg && wb_url_parse(url_arg, &hs.url, err, sizeof err) < 0)
+  if (c->url_arg && wb_url_parse(c->url_arg, &c->hs.url, err, sizeof err) < 0)
     return wb_usage_error("http", "--url: %s", err);
-
-  /* The backends, in the order given (default: all this build has). */
-  size_t chosen[NBACKENDS], nchosen = 0;
-  if (backend_list) {
-    if (!wb_net_parse_backends("http", backend_list, backend_names, NBACKENDS, chosen, &nchosen))
-      return WB_EXIT_USAGE;
-  } else {
-    for (size_t b = 0; b < NBACKENDS; b++) {
-#ifndef _OPENMP
-      if (b == B_OMP) continue;
-#endif
-      chosen[nchosen++] = b;
-    }
-  }
-#ifndef _OPENMP
-  for (size_t j = 0; j < nchosen; j++) {
-    if (chosen[j] == B_OMP) {
-      fprintf(stderr,
-              "weft-bench http: backend omp is not available: this weft-bench was built without OpenMP\n");
-      return WB_EXIT_UNAVAILABLE;
-    }
-  }
-#endif
-
   /* Descriptors: a client socket per request in flight, and the server's end of each when it is ours. */
   uint64_t fd_limit;
-  uint64_t need = (uint64_t)concurrency * (url_arg ? 1 : 2) + 64;
+  uint64_t need = (uint64_t)c->concurrency * (c->url_arg ? 1 : 2) + 64;
   if (wb_net_fd_limit("http", need, &fd_limit) < 0) return WB_EXIT_FAIL;
+  for (size_t j = 0; j < d->npicked; j++) {
+    const wb_choice *ch = wb_picked(d, j);
+    wb_run *r = wb_add_run(d, ch->name, ch->id);
+    if (!r) return WB_EXIT_FAIL;
+    r->label = ch->label;
+    r->state = &c->totals[ch->id];
+    c->totals[ch->id].in_flight = (size_t)c->concurrency;
+#ifdef _OPENMP
+    if (ch->id == B_OMP) c->totals[ch->id].in_flight = (size_t)omp_get_max_threads();
+#endif
+  }
+  c->warmup = (size_t)c->concurrency > WARMUP_MIN ? (size_t)c->concurrency : WARMUP_MIN;
+  if (c->warmup > (size_t)c->requests) c->warmup = (size_t)c->requests;
+  return 0;
+}
 
-  /* The canonical command line. */
-  wb_str blist = {0};
-  for (size_t j = 0; j < nchosen; j++) {
-    if (j) wb_str_add(&blist, ",");
-    wb_str_add(&blist, backend_names[chosen[j]]);
+static int http_args(wb_driver *d, wb_args *a) {
+  http_cmd *c = d->ctx;
+  if (c->url_arg) {
+    wb_args_add(a, "--url");
+    wb_args_add(a, c->url_arg);
   }
-  char req_s[24], conc_s[24], to_s[24], rep_s[24];
-  snprintf(req_s, sizeof req_s, "%lld", (long long)requests);
-  snprintf(conc_s, sizeof conc_s, "%lld", (long long)concurrency);
-  snprintf(to_s, sizeof to_s, "%lld", (long long)timeout_ms);
-  snprintf(rep_s, sizeof rep_s, "%lld", (long long)repeat);
-  char *args[16];
-  size_t na = 0;
-  args[na++] = "http";
-  if (url_arg) {
-    args[na++] = "--url";
-    args[na++] = (char *)url_arg;
-  }
-  args[na++] = "--requests";
-  args[na++] = req_s;
-  args[na++] = "--concurrency";
-  args[na++] = conc_s;
-  if (keepalive) args[na++] = "--keepalive";
-  args[na++] = "--backend";
-  args[na++] = blist.s;
-  args[na++] = "--timeout-ms";
-  args[na++] = to_s;
-  args[na++] = "--repeat";
-  args[na++] = rep_s;
-  if (json) args[na++] = "--json";
-  char *command = NULL;
-  if (!blist.s || wb_command_line(args, na, NULL, &command) < 0) {
-    wb_str_free(&blist);
-    fprintf(stderr, "weft-bench http: out of memory\n");
-    return WB_EXIT_FAIL;
-  }
-  wb_str_free(&blist);
-  wb_progress_init(json);
-  if (!json) fprintf(stderr, "command: %s\n", command);
+  wb_args_int(a, "--requests", c->requests);
+  wb_args_int(a, "--concurrency", c->concurrency);
+  if (c->keepalive) wb_args_add(a, "--keepalive");
+  wb_args_picked(d, a);
+  wb_args_int(a, "--timeout-ms", c->timeout_ms);
+  wb_args_repeat(d, a);
+  return 0;
+}
 
-  int exit_code = WB_EXIT_OK;
-  hs.keepalive = keepalive;
-  hs.timeout_ns = timeout_ms * 1000000;
-  hs.stack = wb_net_thread_stack();
-  hs.expect_len = SIZE_MAX;
-  wb_http_page page;
-  bool have_page = false;
-  wb_server *srv = NULL;
-  wb_server_stats srv_stats;
-  memset(&srv_stats, 0, sizeof srv_stats);
-  int backlog = 0;
-  char url_buf[1100];
-  const char *url = url_arg;
-  agg aggs[NBACKENDS];
-  memset(aggs, 0, sizeof aggs);
-  float *lat = malloc((size_t)requests * sizeof *lat);
-  if (!lat) {
-    fprintf(stderr, "weft-bench http: out of memory for %lld latencies\n", (long long)requests);
-    free(command);
+static int http_start(wb_driver *d) {
+  http_cmd *c = d->ctx;
+  char err[512] = "";
+  c->hs.keepalive = c->keepalive;
+  c->hs.timeout_ns = c->timeout_ms * 1000000;
+  c->hs.stack = wb_net_thread_stack();
+  c->hs.expect_len = SIZE_MAX;
+  if (!(c->lat = malloc((size_t)c->requests * sizeof *c->lat))) {
+    fprintf(stderr, "weft-bench http: out of memory for %lld latencies\n", (long long)c->requests);
     return WB_EXIT_FAIL;
   }
   int rc = 0;
-  if (!url_arg) {
-    rc = wb_http_page_init(&page, WB_HTTP_BODY_BYTES, PAGE_SEED, hs.timeout_ns);
+  if (!c->url_arg) {
+    rc = wb_http_page_init(&c->page, WB_HTTP_BODY_BYTES, PAGE_SEED, c->hs.timeout_ns);
     if (rc < 0) {
       snprintf(err, sizeof err, "out of memory");
     } else {
-      have_page = true;
+      c->have_page = true;
       /*
        * The loopback server runs on fibers; without them (WEFT_FIBERS=0) a
        * server connection would hold one of the fallback's few threads for
        * its whole life, so it gets a thread of its own instead.
        */
-      rc = wb_server_start(weft_fibers_available() ? WB_IO_WEFT : WB_IO_PLAIN, (size_t)concurrency, 0, false,
-                           wb_http_serve, &page, &srv, err, sizeof err);
+      rc = wb_server_start(weft_fibers_available() ? WB_IO_WEFT : WB_IO_PLAIN, (size_t)c->concurrency, 0,
+                           false, wb_http_serve, &c->page, &c->srv, err, sizeof err);
     }
     if (rc == 0) {
       char hp[96];
-      wb_net_addr_str(wb_server_addr(srv), hp, sizeof hp);
-      snprintf(url_buf, sizeof url_buf, "http://%s/", hp);
-      url = url_buf;
-      wb_url_parse(url, &hs.url, err, sizeof err);
-      hs.addr = *wb_server_addr(srv);
-      hs.expect_len = WB_HTTP_BODY_BYTES;
-      backlog = wb_server_backlog(srv);
+      wb_net_addr_str(wb_server_addr(c->srv), hp, sizeof hp);
+      snprintf(c->url, sizeof c->url, "http://%s/", hp);
+      wb_url_parse(c->url, &c->hs.url, err, sizeof err);
+      c->hs.addr = *wb_server_addr(c->srv);
+      c->hs.expect_len = WB_HTTP_BODY_BYTES;
+      c->backlog = wb_server_backlog(c->srv);
     }
   } else {
-    rc = wb_net_resolve(hs.url.host, hs.url.port, &hs.addr, err, sizeof err);
+    snprintf(c->url, sizeof c->url, "%s", c->url_arg);
+    rc = wb_net_resolve(c->hs.url.host, c->hs.url.port, &c->hs.addr, err, sizeof err);
   }
   if (rc < 0) {
     fprintf(stderr, "weft-bench http: %s\n", err);
-    exit_code = WB_EXIT_FAIL;
-    goto out;
+    return WB_EXIT_FAIL;
   }
+  return 0;
+}
 
-  for (size_t j = 0; j < nchosen; j++) {
-    agg *a = &aggs[j];
-    a->b = (int)chosen[j];
-    a->in_flight = (size_t)concurrency;
-#ifdef _OPENMP
-    if (a->b == B_OMP) a->in_flight = (size_t)omp_get_max_threads();
-#endif
-    double **arrs[] = {&a->elapsed, &a->rps, &a->p50, &a->p90, &a->p99, &a->pmax, &a->cpu_us, &a->cores};
-    for (size_t k = 0; k < sizeof arrs / sizeof arrs[0]; k++) {
-      *arrs[k] = calloc((size_t)repeat, sizeof(double));
-      if (!*arrs[k]) {
-        fprintf(stderr, "weft-bench http: out of memory\n");
-        exit_code = WB_EXIT_FAIL;
-        goto out;
-      }
-    }
+/* The warm-up (max(100, C) requests, untimed) starts weft's carriers, the OpenMP team and the server's
+ * fibers. */
+static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
+  http_cmd *c = d->ctx;
+  http_totals *t = r->state;
+  run_result res;
+  size_t n = phase == WB_WARMUP ? c->warmup : (size_t)c->requests;
+  measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &res);
+  /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
+  s->quiet = true;
+  if (res.errors) {
+    s->failed = true;
+    snprintf(s->error, sizeof s->error, "%s", res.first_error);
   }
+  if (phase == WB_WARMUP) {
+    t->warmup_errors = res.errors;
+    return 0;
+  }
+  s->ms = res.elapsed_ms;
+  s->m[M_RPS] = res.elapsed_ms > 0 ? (double)res.ok / (res.elapsed_ms / 1000.0) : 0;
+  s->m[M_P50] = res.lat.p50;
+  s->m[M_P90] = res.lat.p90;
+  s->m[M_P99] = res.lat.p99;
+  s->m[M_PMAX] = res.lat.max;
+  s->m[M_CPU_US] = res.ok ? res.cpu_ms * 1000.0 / (double)res.ok : NAN;
+  s->m[M_CORES] = res.elapsed_ms > 0 ? res.cpu_ms / res.elapsed_ms : NAN;
+  t->errors += res.errors;
+  t->retries += res.retries;
+  t->reconnects += res.reconnects;
+  return 0;
+}
 
-  /* Warm-up, untimed: weft's carriers, the OpenMP team and the server's first fibers start once. */
-  size_t warmup = (size_t)concurrency > WARMUP_MIN ? (size_t)concurrency : WARMUP_MIN;
-  if (warmup > (size_t)requests) warmup = (size_t)requests;
-  for (size_t j = 0; j < nchosen; j++) {
-    run_result res;
-    wb_progress(true, "warm-up: %s, %zu requests", backend_names[aggs[j].b], warmup);
-    measure(&hs, aggs[j].b, warmup, (size_t)concurrency, lat, &res);
-    aggs[j].warmup_errors = res.errors;
-    if (res.errors && !aggs[j].first_error[0])
-      snprintf(aggs[j].first_error, sizeof aggs[j].first_error, "warm-up: %s", res.first_error);
+static void http_finish(wb_driver *d) {
+  http_cmd *c = d->ctx;
+  if (!c->srv) return;
+  wb_server_stop(c->srv, &c->srv_stats);
+  c->srv = NULL;
+  /* A server connection that failed fails every backend's record: which client it served is not known. */
+  for (size_t j = 0; j < d->nruns && c->srv_stats.errors; j++) {
+    wb_run *r = &d->runs[j];
+    r->failed = true;
+    if (!r->error[0]) snprintf(r->error, sizeof r->error, "server: %s", c->srv_stats.first_error);
   }
-  for (int64_t r = 0; r < repeat; r++) {
-    for (size_t k = 0; k < nchosen; k++) {
-      agg *a = &aggs[wb_interleave((size_t)r, k, nchosen)];
-      wb_progress(true, "[repetition %lld of %lld] %s: %lld requests", (long long)r + 1, (long long)repeat,
-                  backend_names[a->b], (long long)requests);
-      run_result res;
-      measure(&hs, a->b, (size_t)requests, (size_t)concurrency, lat, &res);
-      a->elapsed[a->n] = res.elapsed_ms;
-      a->rps[a->n] = res.elapsed_ms > 0 ? (double)res.ok / (res.elapsed_ms / 1000.0) : 0;
-      a->p50[a->n] = res.lat.p50;
-      a->p90[a->n] = res.lat.p90;
-      a->p99[a->n] = res.lat.p99;
-      a->pmax[a->n] = res.lat.max;
-      a->cpu_us[a->n] = res.ok ? res.cpu_ms * 1000.0 / (double)res.ok : NAN;
-      a->cores[a->n] = res.elapsed_ms > 0 ? res.cpu_ms / res.elapsed_ms : NAN;
-      a->n++;
-      a->errors += res.errors;
-      a->retries += res.retries;
-      a->reconnects += res.reconnects;
-      if (res.errors && (!a->first_error[0] || strncmp(a->first_error, "warm-up: ", 9) == 0))
-        snprintf(a->first_error, sizeof a->first_error, "%s", res.first_error);
-    }
-  }
-  wb_progress_clear();
-  if (srv) {
-    wb_server_stop(srv, &srv_stats);
-    srv = NULL;
-  }
+}
 
-  for (size_t j = 0; j < nchosen; j++)
-    if (aggs[j].errors || aggs[j].warmup_errors || aggs[j].n == 0) exit_code = WB_EXIT_FAIL;
-  if (srv_stats.errors) exit_code = WB_EXIT_FAIL;
-  if (!json) {
-    print_report(aggs, nchosen, url, !url_arg, &hs, (size_t)requests, (size_t)concurrency,
-                 url_arg ? NULL : &srv_stats);
-  } else {
-    for (size_t j = 0; j < nchosen; j++) {
-      json_value *rec = record(&aggs[j], aggs, nchosen, &hs, url, !url_arg, (size_t)requests,
-                               (size_t)concurrency, warmup, url_arg ? NULL : &srv_stats, backlog, command);
-      if (!rec || json_print_line(rec, stdout) < 0) {
-        fprintf(stderr, "weft-bench http: cannot write the record for %s\n", backend_names[aggs[j].b]);
-        exit_code = WB_EXIT_FAIL;
-      }
-      json_free(rec);
+static int http_record(wb_driver *d, const wb_run *r, json_t *rec) {
+  http_cmd *c = d->ctx;
+  const http_totals *t = r->state;
+  bool own = !c->url_arg;
+  int rc = wb_json_set_str(rec, "label", wb_run_label(r));
+  if (rc == 0) rc = wb_json_set_str(rec, "url", c->url);
+  if (rc == 0) rc = wb_json_set_str(rec, "server", own ? "loopback" : "external");
+  if (rc == 0)
+    rc = c->hs.expect_len != SIZE_MAX ? wb_json_set_int(rec, "body_bytes", (int64_t)c->hs.expect_len)
+                                      : wb_json_set_null(rec, "body_bytes");
+  if (rc == 0) rc = wb_json_set_int(rec, "requests", c->requests);
+  if (rc == 0) rc = wb_json_set_int(rec, "concurrency", c->concurrency);
+  if (rc == 0) rc = wb_json_set_int(rec, "in_flight_max", (int64_t)t->in_flight);
+  if (rc == 0) rc = wb_json_set_bool(rec, "keepalive", c->keepalive);
+  if (rc == 0) rc = wb_json_set_int(rec, "timeout_ms", c->timeout_ms);
+  if (rc == 0) rc = wb_json_set_int(rec, "errors", (int64_t)t->errors);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_requests", (int64_t)c->warmup);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_errors", (int64_t)t->warmup_errors);
+  if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
+  if (rc == 0) rc = wb_json_set_int(rec, "reconnects", t->reconnects);
+  if (rc == 0)
+    rc = own ? wb_json_set_int(rec, "server_errors", (int64_t)c->srv_stats.errors)
+             : wb_json_set_null(rec, "server_errors");
+  if (rc == 0)
+    rc = own ? wb_json_set_int(rec, "listen_backlog", c->backlog) : wb_json_set_null(rec, "listen_backlog");
+  if (rc == 0 && r->id == B_WEFT) {
+    const wb_run *omp = wb_find_run(d, "omp"), *thr = wb_find_run(d, "threads");
+    rc = omp ? wb_json_add_ratio(rec, "vs_omp", r->m[M_RPS], r->n, omp->m[M_RPS], omp->n)
+             : wb_json_set_null(rec, "vs_omp");
+    if (rc == 0)
+      rc = thr ? wb_json_add_ratio(rec, "vs_threads", r->m[M_RPS], r->n, thr->m[M_RPS], thr->n)
+               : wb_json_set_null(rec, "vs_threads");
+  }
+  return rc;
+}
+
+static void http_report(wb_driver *d) {
+  http_cmd *c = d->ctx;
+  printf("http: %lld GETs of %s (%s), at most %lld in flight, %s; %u cores\n", (long long)c->requests, c->url,
+         c->url_arg ? "external server" : "weft-bench's loopback server, a fiber per connection",
+         (long long)c->concurrency, c->keepalive ? "connections kept alive" : "a new connection per request",
+         wb_cores());
+  printf("%-8s %9s %12s %12s %12s %9s %9s %9s %9s %10s %5s %8s\n", "backend", "in flight", "requests/s",
+         "min", "max", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/req", "cores", "errors");
+  for (size_t j = 0; j < d->nruns; j++) {
+    const wb_run *r = &d->runs[j];
+    const http_totals *t = r->state;
+    if (r->n == 0) {
+      printf("%-8s  no repetition ran: %s\n", r->name, r->error);
+      continue;
     }
+    wb_summary s = wb_run_metric(r, M_RPS);
+    printf("%-8s %9zu %12.0f %12.0f %12.0f", r->name, t->in_flight, s.median, s.min, s.max);
+    wb_print_net_cells(r, M_P50);
+    printf(" %8zu\n", t->errors);
   }
-out:
-  if (srv) wb_server_stop(srv, NULL);
-  if (have_page) wb_http_page_fini(&page);
-  for (size_t j = 0; j < nchosen; j++) {
-    free(aggs[j].elapsed);
-    free(aggs[j].rps);
-    free(aggs[j].p50);
-    free(aggs[j].p90);
-    free(aggs[j].p99);
-    free(aggs[j].pmax);
-    free(aggs[j].cpu_us);
-    free(aggs[j].cores);
+  const wb_run *w = wb_find_run(d, "weft"), *omp = wb_find_run(d, "omp"), *thr = wb_find_run(d, "threads");
+  if (w && omp) wb_print_ratio("weft/omp", w->m[M_RPS], w->n, omp->m[M_RPS], omp->n);
+  if (w && thr) wb_print_ratio("weft/threads", w->m[M_RPS], w->n, thr->m[M_RPS], thr->n);
+  for (size_t j = 0; j < d->nruns; j++) {
+    const http_totals *t = d->runs[j].state;
+    if (t->errors || t->warmup_errors)
+      printf("  %s: %zu errors (%zu in the warm-up); first: %s\n", d->runs[j].name, t->errors,
+             t->warmup_errors, d->runs[j].error);
   }
-  free(lat);
-  free(command);
-  return exit_code;
+  if (c->srv_stats.errors)
+    printf("  server: %zu errors; first: %s\n", c->srv_stats.errors, c->srv_stats.first_error);
+  printf("(medians over %zu repetitions; latency: connect to close of one request, percentiles are the\n"
+         " medians of each repetition's, max the largest; CPU: the whole process's, server included;\n"
+         " cores: CPU time over wall time, the share of the machine the run got)\n",
+         d->nruns ? d->runs[0].n : 0);
+}
+
+static void http_teardown(wb_driver *d) {
+  http_cmd *c = d->ctx;
+  if (c->srv) wb_server_stop(c->srv, NULL);
+  if (c->have_page) wb_http_page_fini(&c->page);
+  free(c->lat);
+}
+
+static const wb_command http_command = {
+    .name = "http",
+    .help = http_help,
+    .opts = http_opts,
+    .pick = "backend",
+    .choices = http_backends,
+    .nchoices = sizeof http_backends / sizeof http_backends[0],
+    .metrics = http_metrics,
+    .nmetrics = NMETRICS,
+    .max_repeat = 1000,
+    .flags = WB_CMD_WARMUP,
+    .option = http_option,
+    .prepare = http_prepare,
+    .args = http_args,
+    .setup = http_start,
+    .run = http_run,
+    .finish = http_finish,
+    .record = http_record,
+    .report = http_report,
+    .teardown = http_teardown,
+};
+
+int wb_cmd_http(int argc, char **argv) {
+  http_cmd c;
+  memset(&c, 0, sizeof c);
+  c.requests = 10000;
+  c.concurrency = 1000;
+  c.timeout_ms = 10000;
+  return wb_drive(&http_command, &c, argc, argv);
 }

@@ -35,7 +35,7 @@
  * they need no fresh process (no thread count or RSS is reported here).
  */
 #define _POSIX_C_SOURCE 200809L
-#include "bench.h"
+#include "driver.h"
 
 #include <errno.h>
 #include <math.h>
@@ -45,10 +45,9 @@
 #include "kernels.h"
 #include "weft.h"
 
-#define MAX_COUNT  1000000000
-#define MAX_BATCH  10000000
-#define MAX_N      100000000
-#define MAX_REPEAT 1000
+#define MAX_COUNT 1000000000
+#define MAX_BATCH 10000000
+#define MAX_N     100000000
 
 static const char spawn_help[] =
     "usage: weft-bench spawn [--case C[,C...]] [--count C] [--batch K] [--n N]\n"
@@ -86,14 +85,6 @@ static const char spawn_help[] =
     "fibers (WEFT_FIBERS=0). Exit codes: 0 ok (also when a case is skipped),\n"
     "1 a case failed, 2 usage.\n";
 
-enum { OPT_HELP = 1, OPT_CASE, OPT_COUNT, OPT_BATCH, OPT_N, OPT_PMAP_CALLS, OPT_REPEAT, OPT_JSON };
-
-static const wb_opt spawn_opts[] = {
-    {"help", false, OPT_HELP},    {"case", true, OPT_CASE},  {"count", true, OPT_COUNT},
-    {"batch", true, OPT_BATCH},   {"n", true, OPT_N},        {"pmap-calls", true, OPT_PMAP_CALLS},
-    {"repeat", true, OPT_REPEAT}, {"json", false, OPT_JSON}, {NULL, false, 0},
-};
-
 /* What every case is given, and what the go cases leave for the records. */
 typedef struct spawn_params {
   int64_t count, batch, n;
@@ -103,9 +94,6 @@ typedef struct spawn_params {
   char go_version[64]; /* from its records */
   int64_t gomaxprocs;  /* from its records, -1 until one came */
 } spawn_params;
-
-/* A case's result codes besides 0 and a negative errno: the case cannot run here (err says why). */
-#define SPAWN_SKIP 1
 
 typedef struct spawn_case {
   const char *name;
@@ -220,7 +208,7 @@ static int on_fiber(int (*body)(spawn_params *, int64_t *, char *, size_t), spaw
   }
   if (!c.on_fiber) {
     snprintf(err, errlen, "not on a fiber (fibers unavailable or WEFT_FIBERS=0)");
-    return SPAWN_SKIP;
+    return WB_SKIP;
   }
   *ns = c.ns;
   return c.rc;
@@ -264,13 +252,22 @@ static int pmap_calls(const spawn_params *p, int64_t calls, int64_t *ns, char *e
 
 static int run_pmap_empty(spawn_params *p, int64_t *ns, char *err, size_t errlen) {
   if (p->pmap_calls > 0) return pmap_calls(p, p->pmap_calls, ns, err, errlen);
-  /* The warm-up without --pmap-calls: one call to warm up, one timed to choose how many make 300 ms. */
-  int64_t one;
+  /*
+   * The warm-up without --pmap-calls: one call to warm up, then 1, 2, 4, ...
+   * calls timed until they take an eighth of the target, to choose how many
+   * make 300 ms. One timed call alone could be a lucky 20 us among calls of
+   * milliseconds, and choose thousands of them.
+   */
   int rc = pmap_calls(p, 1, ns, err, errlen);
-  if (rc == 0) rc = pmap_calls(p, 1, &one, err, errlen);
+  int64_t calls = 1, t = 0;
+  while (rc == 0) {
+    rc = pmap_calls(p, calls, &t, err, errlen);
+    if (rc != 0 || t >= PMAP_TARGET_NS / 8 || calls >= MAX_PMAP_CALLS / 2) break;
+    calls *= 2;
+  }
   if (rc != 0) return rc;
-  int64_t calls = one > 0 ? (PMAP_TARGET_NS + one - 1) / one : MAX_PMAP_CALLS;
-  p->pmap_calls = calls < 1 ? 1 : calls > MAX_PMAP_CALLS ? MAX_PMAP_CALLS : calls;
+  double want = t > 0 ? (double)calls * PMAP_TARGET_NS / (double)t : MAX_PMAP_CALLS;
+  p->pmap_calls = want < 1 ? 1 : want > MAX_PMAP_CALLS ? MAX_PMAP_CALLS : (int64_t)want;
   return 0;
 }
 
@@ -282,7 +279,7 @@ static int run_go(spawn_params *p, const char *which, int64_t ops, int64_t *ns, 
   if (!p->go_path[0]) {
     if (wb_go_find("weft-go-spawn", p->go_path, sizeof p->go_path, err, errlen) < 0) {
       p->go_path[0] = '\0';
-      return SPAWN_SKIP;
+      return WB_SKIP;
     }
   }
   char count_s[24], batch_s[24];
@@ -290,21 +287,22 @@ static int run_go(spawn_params *p, const char *which, int64_t ops, int64_t *ns, 
   snprintf(batch_s, sizeof batch_s, "%lld", (long long)p->batch);
   char *argv[] = {p->go_path, "-case", (char *)which, "-count",  count_s, "-batch",
                   batch_s,    "-reps", "1",           "-warmup", "1",     NULL};
-  json_value *rec = NULL;
+  json_t *rec = NULL;
   int code;
   int rc = wb_run_json(p->go_path, argv, NULL, &rec, &code);
   double ms = NAN, got_ops = NAN, gmp;
-  const char *status = rec ? json_get_str(rec, "status") : NULL;
-  if (rc < 0 || code != 0 || !status || strcmp(status, "ok") != 0 || !json_get_num(rec, "elapsed_ms", &ms) ||
-      !json_get_num(rec, "ops", &got_ops) || (int64_t)got_ops != ops) {
+  const char *status = wb_json_get_str(rec, "status");
+  if (rc < 0 || code != 0 || !status || strcmp(status, "ok") != 0 ||
+      !wb_json_get_num(rec, "elapsed_ms", &ms) || !wb_json_get_num(rec, "ops", &got_ops) ||
+      (int64_t)got_ops != ops) {
     snprintf(err, errlen, "%.180s -case %s failed (exit code %d)", p->go_path, which, code);
-    json_free(rec);
+    json_decref(rec);
     return rc < 0 ? rc : -EIO;
   }
-  const char *v = json_get_str(rec, "go_version");
+  const char *v = wb_json_get_str(rec, "go_version");
   if (v) snprintf(p->go_version, sizeof p->go_version, "%s", v);
-  if (json_get_num(rec, "gomaxprocs", &gmp)) p->gomaxprocs = (int64_t)gmp;
-  json_free(rec);
+  if (wb_json_get_num(rec, "gomaxprocs", &gmp)) p->gomaxprocs = (int64_t)gmp;
+  json_decref(rec);
   *ns = (int64_t)llround(ms * 1e6);
   return 0;
 }
@@ -325,7 +323,6 @@ static const spawn_case cases[] = {
     {"go-single", "go", NULL, false, run_go_single},
     {"go-batch", "go", NULL, true, run_go_batch},
 };
-#define NCASES (sizeof cases / sizeof cases[0])
 
 static int64_t ops_of(const spawn_case *c, const spawn_params *p) {
   if (c->batched) return batches_of(p) * p->batch;
@@ -336,90 +333,138 @@ static int64_t ops_of(const spawn_case *c, const spawn_params *p) {
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-typedef struct spawn_run {
-  const spawn_case *c;
-  int64_t ops;
-  double *ms;    /* ms per measured repetition */
-  double *ns_op; /* ns per operation, the same samples */
-  size_t n;      /* measured repetitions so far */
-  bool skipped;  /* the case cannot run here; why in error */
-  bool failed;   /* a repetition failed; the first error in error */
-  char error[256];
-} spawn_run;
+enum { OPT_COUNT = 1, OPT_BATCH, OPT_N, OPT_PMAP_CALLS };
 
-static const spawn_run *find_run(const spawn_run *runs, size_t nruns, const char *name) {
-  for (size_t i = 0; i < nruns; i++)
-    if (strcmp(runs[i].c->name, name) == 0 && runs[i].n > 0 && !runs[i].failed) return &runs[i];
-  return NULL;
+static const wb_opt spawn_opts[] = {
+    {"count", true, OPT_COUNT},           {"batch", true, OPT_BATCH}, {"n", true, OPT_N},
+    {"pmap-calls", true, OPT_PMAP_CALLS}, {NULL, false, 0},
+};
+
+/* The cases as choices of --case, in the default order; a choice's id is its index in cases[]. */
+static const wb_choice spawn_choices[] = {
+    {"future-fiber", NULL, NULL, 0},        {"future-fiber-batch", NULL, NULL, 1},
+    {"future-thread-batch", NULL, NULL, 2}, {"pmap-empty", NULL, NULL, 3},
+    {"go-single", NULL, NULL, 4},           {"go-batch", NULL, NULL, 5},
+};
+
+enum { M_NS_PER_OP, NMETRICS };
+static const wb_metric spawn_metrics[NMETRICS] = {
+    {"ns_per_op", WB_METRIC_MINMAX | WB_METRIC_SAMPLES, 1e-3},
+};
+
+static int spawn_option(wb_driver *d, int id, const char *arg) {
+  spawn_params *p = d->ctx;
+  bool ok = true;
+  switch (id) {
+  case OPT_COUNT:
+    ok = wb_parse_i64("spawn", "count", arg, 1, MAX_COUNT, &p->count);
+    break;
+  case OPT_BATCH:
+    ok = wb_parse_i64("spawn", "batch", arg, 1, MAX_BATCH, &p->batch);
+    break;
+  case OPT_N:
+    ok = wb_parse_i64("spawn", "n", arg, 1, MAX_N, &p->n);
+    break;
+  case OPT_PMAP_CALLS:
+    ok = wb_parse_i64("spawn", "pmap-calls", arg, 1, MAX_PMAP_CALLS, &p->pmap_calls);
+    break;
+  }
+  return ok ? 0 : WB_EXIT_USAGE;
+}
+
+static int spawn_prepare(wb_driver *d) {
+  spawn_params *p = d->ctx;
+  p->fs = calloc((size_t)p->batch, sizeof *p->fs);
+  if (!p->fs) {
+    fprintf(stderr, "weft-bench spawn: out of memory\n");
+    return WB_EXIT_FAIL;
+  }
+  for (size_t i = 0; i < d->npicked; i++) {
+    const wb_choice *ch = wb_picked(d, i);
+    wb_run *r = wb_add_run(d, ch->name, ch->id);
+    if (!r) return WB_EXIT_FAIL;
+    if (strcmp(cases[ch->id].backend, "go") == 0) r->family = "go";
+  }
+  return 0;
+}
+
+/* The command line that repeats the run: every value explicit, pmap-empty's calls as the warm-up chose them.
+ */
+static int spawn_args(wb_driver *d, wb_args *a) {
+  spawn_params *p = d->ctx;
+  bool pmap = false;
+  for (size_t j = 0; j < d->nruns; j++) pmap = pmap || cases[d->runs[j].id].run == run_pmap_empty;
+  wb_args_add(a, "--case");
+  wb_str clist = {0};
+  for (size_t j = 0; j < d->nruns; j++) wb_str_addf(&clist, "%s%s", j ? "," : "", d->runs[j].name);
+  if (clist.s)
+    wb_args_add(a, clist.s);
+  else
+    a->err = -ENOMEM;
+  wb_str_free(&clist);
+  wb_args_int(a, "--count", p->count);
+  wb_args_int(a, "--batch", p->batch);
+  wb_args_int(a, "--n", p->n);
+  if (pmap && p->pmap_calls > 0) wb_args_int(a, "--pmap-calls", p->pmap_calls);
+  wb_args_repeat(d, a);
+  return 0;
+}
+
+/* Repetition 0 is the driver's warm-up: run, then thrown away (it also chooses pmap-empty's calls). */
+static int spawn_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
+  (void)phase;
+  spawn_params *p = d->ctx;
+  const spawn_case *c = &cases[r->id];
+  int64_t ns = 0;
+  int rc = c->run(p, &ns, s->error, sizeof s->error);
+  if (rc != 0) return rc;
+  s->ms = (double)ns / 1e6;
+  s->m[M_NS_PER_OP] = (double)ns / (double)ops_of(c, p);
+  return 0;
 }
 
 /* weft's ns per operation over go's, medians; NaN when either did not run. */
-static double vs_go(const spawn_run *r, const spawn_run *runs, size_t nruns) {
-  if (!r->c->vs_go || r->n == 0 || r->failed) return NAN;
-  const spawn_run *g = find_run(runs, nruns, r->c->vs_go);
-  if (!g) return NAN;
-  double w = wb_summarize(r->ns_op, r->n).median, b = wb_summarize(g->ns_op, g->n).median;
+static double vs_go(const wb_driver *d, const wb_run *r) {
+  const spawn_case *c = &cases[r->id];
+  if (!c->vs_go || r->n == 0 || r->failed) return NAN;
+  const wb_run *g = wb_find_run(d, c->vs_go);
+  if (!g || g->failed) return NAN;
+  double w = wb_run_metric(r, M_NS_PER_OP).median, b = wb_run_metric(g, M_NS_PER_OP).median;
   return b > 0 ? w / b : NAN;
 }
 
-static double round3(double v) { return round(v * 1e3) / 1e3; }
-
-static json_value *spawn_record(const spawn_run *r, const spawn_run *runs, size_t nruns,
-                                const spawn_params *p, const char *command) {
-  json_value *rec = json_new_object();
-  if (!rec) return NULL;
-  int rc = json_set_int(rec, "schema", WB_SCHEMA);
-  if (rc == 0) rc = json_set_str(rec, "bench", "spawn");
-  if (rc == 0) rc = json_set_str(rec, "case", r->c->name);
-  if (rc == 0) rc = json_set_str(rec, "backend", r->c->backend);
-  if (rc == 0) rc = json_set_int(rec, "ops", r->ops);
-  if (rc == 0) rc = r->c->batched ? json_set_int(rec, "batch", p->batch) : json_set_null(rec, "batch");
-  if (rc == 0 && r->c->run == run_pmap_empty) rc = json_set_int(rec, "n", p->n);
-  if (rc == 0 && r->c->run == run_pmap_empty) rc = json_set_int(rec, "calls", p->pmap_calls);
-  if (rc == 0) rc = json_set_str(rec, "status", r->failed ? "failed" : "ok");
-  if (rc == 0 && r->failed) rc = json_set_str(rec, "error", r->error);
-  if (rc == 0) rc = json_set_int(rec, "warmup_repetitions", 1);
-  if (rc == 0 && r->n > 0) {
-    wb_summary s = wb_summarize(r->ns_op, r->n);
-    double small[64];
-    double *v = r->n <= 64 ? small : malloc(r->n * sizeof *v);
-    rc = wb_add_timing(rec, r->ms, r->n);
-    if (rc == 0) rc = json_set_num(rec, "ns_per_op", round3(s.median));
-    if (rc == 0) rc = json_set_num(rec, "ns_per_op_min", round3(s.min));
-    if (rc == 0) rc = json_set_num(rec, "ns_per_op_max", round3(s.max));
-    if (rc == 0 && !v) rc = -ENOMEM;
-    if (rc == 0) {
-      for (size_t i = 0; i < r->n; i++) v[i] = round3(r->ns_op[i]);
-      rc = json_set_nums(rec, "ns_per_op_samples", v, r->n);
-    }
-    if (v != small) free(v);
+static int spawn_record(wb_driver *d, const wb_run *r, json_t *rec) {
+  spawn_params *p = d->ctx;
+  const spawn_case *c = &cases[r->id];
+  int rc = wb_json_set_str(rec, "backend", c->backend);
+  if (rc == 0) rc = wb_json_set_int(rec, "ops", ops_of(c, p));
+  if (rc == 0) rc = c->batched ? wb_json_set_int(rec, "batch", p->batch) : wb_json_set_null(rec, "batch");
+  if (rc == 0 && c->run == run_pmap_empty) rc = wb_json_set_int(rec, "n", p->n);
+  if (rc == 0 && c->run == run_pmap_empty) rc = wb_json_set_int(rec, "calls", p->pmap_calls);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_repetitions", 1);
+  if (rc == 0 && c->vs_go) {
+    double x = vs_go(d, r);
+    rc = wb_json_set_num(rec, "vs_go", isnan(x) ? NAN : round(x * 1e4) / 1e4);
+    if (rc == 0) rc = wb_json_set_str(rec, "vs_go_case", c->vs_go);
   }
-  if (rc == 0 && r->c->vs_go) {
-    double x = vs_go(r, runs, nruns);
-    rc = json_set_num(rec, "vs_go", isnan(x) ? NAN : round(x * 1e4) / 1e4);
-    if (rc == 0) rc = json_set_str(rec, "vs_go_case", r->c->vs_go);
-  }
-  if (rc == 0 && !r->c->vs_go && p->go_version[0]) rc = json_set_str(rec, "go_version", p->go_version);
-  if (rc == 0 && !r->c->vs_go && p->gomaxprocs >= 0) rc = json_set_int(rec, "gomaxprocs", p->gomaxprocs);
-  if (rc == 0) rc = wb_meta_add(rec);
-  if (rc == 0) rc = json_set_str(rec, "command", command);
-  if (rc < 0) {
-    json_free(rec);
-    return NULL;
-  }
-  return rec;
+  if (rc == 0 && !c->vs_go && p->go_version[0]) rc = wb_json_set_str(rec, "go_version", p->go_version);
+  if (rc == 0 && !c->vs_go && p->gomaxprocs >= 0) rc = wb_json_set_int(rec, "gomaxprocs", p->gomaxprocs);
+  return rc;
 }
 
-static void print_table(const spawn_run *runs, size_t nruns, const spawn_params *p, int64_t repeat) {
+static void spawn_report(wb_driver *d) {
+  spawn_params *p = d->ctx;
   printf("spawn: start an empty task and wait for it; %u cores, %lld repetition%s after 1 warm-up\n",
-         wb_cores(), (long long)repeat, repeat == 1 ? "" : "s");
+         wb_cores(), (long long)d->repeat, d->repeat == 1 ? "" : "s");
   printf("%-20s %-7s %10s %7s %14s %12s %12s  %s\n", "case", "backend", "ops", "batch", "median ns/op",
          "min ns/op", "median ms", "weft/go");
-  for (size_t i = 0; i < nruns; i++) {
-    const spawn_run *r = &runs[i];
+  bool pmap = false;
+  for (size_t i = 0; i < d->nruns; i++) {
+    const wb_run *r = &d->runs[i];
+    const spawn_case *c = &cases[r->id];
     char batch[24];
-    snprintf(batch, sizeof batch, r->c->batched ? "%lld" : "-", (long long)p->batch);
-    printf("%-20s %-7s %10lld %7s", r->c->name, r->c->backend, (long long)r->ops, batch);
+    snprintf(batch, sizeof batch, c->batched ? "%lld" : "-", (long long)p->batch);
+    printf("%-20s %-7s %10lld %7s", r->name, c->backend, (long long)ops_of(c, p), batch);
     if (r->skipped) {
       printf("  skipped: %s\n", r->error);
       continue;
@@ -428,20 +473,20 @@ static void print_table(const spawn_run *runs, size_t nruns, const spawn_params 
       printf("  FAILED: %s\n", r->error);
       continue;
     }
-    wb_summary s = wb_summarize(r->ns_op, r->n), m = wb_summarize(r->ms, r->n);
+    pmap = pmap || c->run == run_pmap_empty;
+    wb_summary s = wb_run_metric(r, M_NS_PER_OP), m = wb_run_ms(r);
     printf(" %14.1f %12.1f %12.3f", s.median, s.min, m.median);
-    double x = vs_go(r, runs, nruns);
+    double x = vs_go(d, r);
     if (!isnan(x))
-      printf("  %.2fx %s", x, r->c->vs_go);
-    else if (r->c->vs_go)
+      printf("  %.2fx %s", x, c->vs_go);
+    else if (c->vs_go)
       printf("  -");
     if (r->failed) printf("  FAILED: %s", r->error);
     printf("\n");
   }
-  for (size_t i = 0; i < nruns; i++)
-    if (runs[i].c->run == run_pmap_empty && runs[i].n > 0)
-      printf("(pmap-empty: %lld calls of %lld elements a repetition; ns per element)\n",
-             (long long)p->pmap_calls, (long long)p->n);
+  if (pmap)
+    printf("(pmap-empty: %lld calls of %lld elements a repetition; ns per element)\n",
+           (long long)p->pmap_calls, (long long)p->n);
   printf("(weft/go: weft's median ns per task over the Go case's; above 1, weft is slower.");
   if (p->gomaxprocs >= 0)
     printf(" The Go cases\n run Go's own scheduler, %s, GOMAXPROCS %lld, in a process of their own.",
@@ -449,186 +494,34 @@ static void print_table(const spawn_run *runs, size_t nruns, const spawn_params 
   printf(")\n");
 }
 
-/* The command line that repeats the run: every value explicit, pmap-empty's calls as the warm-up chose them.
- */
-static int make_command(const spawn_run *runs, size_t nruns, const spawn_params *p, int64_t repeat, bool json,
-                        char **out) {
-  wb_str clist = {0};
-  int rc = 0;
-  bool pmap = false;
-  for (size_t j = 0; j < nruns && rc == 0; j++) {
-    rc = wb_str_addf(&clist, "%s%s", j ? "," : "", runs[j].c->name);
-    pmap = pmap || runs[j].c->run == run_pmap_empty;
-  }
-  char count_s[24], batch_s[24], n_s[24], calls_s[24], repeat_s[24];
-  snprintf(count_s, sizeof count_s, "%lld", (long long)p->count);
-  snprintf(batch_s, sizeof batch_s, "%lld", (long long)p->batch);
-  snprintf(n_s, sizeof n_s, "%lld", (long long)p->n);
-  snprintf(calls_s, sizeof calls_s, "%lld", (long long)p->pmap_calls);
-  snprintf(repeat_s, sizeof repeat_s, "%lld", (long long)repeat);
-  char *args[16] = {"spawn", "--case", clist.s, "--count", count_s, "--batch", batch_s, "--n", n_s};
-  size_t n = 9;
-  if (pmap && p->pmap_calls > 0) {
-    args[n++] = "--pmap-calls";
-    args[n++] = calls_s;
-  }
-  args[n++] = "--repeat";
-  args[n++] = repeat_s;
-  if (json) args[n++] = "--json";
-  if (rc == 0) rc = clist.s ? wb_command_line(args, n, NULL, out) : -ENOMEM;
-  wb_str_free(&clist);
-  return rc;
+static void spawn_teardown(wb_driver *d) {
+  spawn_params *p = d->ctx;
+  free(p->fs);
+  p->fs = NULL;
 }
 
+static const wb_command spawn_command = {
+    .name = "spawn",
+    .help = spawn_help,
+    .opts = spawn_opts,
+    .pick = "case",
+    .choices = spawn_choices,
+    .nchoices = sizeof spawn_choices / sizeof spawn_choices[0],
+    .name_key = "case",
+    .metrics = spawn_metrics,
+    .nmetrics = NMETRICS,
+    .max_repeat = 1000,
+    .flags = WB_CMD_WARMUP | WB_CMD_ARGS_AFTER_WARMUP,
+    .option = spawn_option,
+    .prepare = spawn_prepare,
+    .args = spawn_args,
+    .run = spawn_run,
+    .record = spawn_record,
+    .report = spawn_report,
+    .teardown = spawn_teardown,
+};
+
 int wb_cmd_spawn(int argc, char **argv) {
-  const char *case_list = NULL;
   spawn_params p = {.count = 1000000, .batch = 1000, .n = 1000000, .gomaxprocs = -1};
-  int64_t repeat = 1;
-  bool json = false;
-  wb_optstate st;
-  wb_opt_init(&st, argc, argv, "spawn");
-  const char *arg;
-  int id;
-  while ((id = wb_opt_next(&st, spawn_opts, &arg)) != WB_OPT_END) {
-    switch (id) {
-    case WB_OPT_ERROR:
-      return WB_EXIT_USAGE;
-    case WB_OPT_POSITIONAL:
-      return wb_usage_error("spawn", "unexpected argument '%s'", arg);
-    case OPT_HELP:
-      fputs(spawn_help, stdout);
-      return WB_EXIT_OK;
-    case OPT_CASE:
-      case_list = arg;
-      break;
-    case OPT_COUNT:
-      if (!wb_parse_i64("spawn", "count", arg, 1, MAX_COUNT, &p.count)) return WB_EXIT_USAGE;
-      break;
-    case OPT_BATCH:
-      if (!wb_parse_i64("spawn", "batch", arg, 1, MAX_BATCH, &p.batch)) return WB_EXIT_USAGE;
-      break;
-    case OPT_N:
-      if (!wb_parse_i64("spawn", "n", arg, 1, MAX_N, &p.n)) return WB_EXIT_USAGE;
-      break;
-    case OPT_PMAP_CALLS:
-      if (!wb_parse_i64("spawn", "pmap-calls", arg, 1, MAX_PMAP_CALLS, &p.pmap_calls)) return WB_EXIT_USAGE;
-      break;
-    case OPT_REPEAT:
-      if (!wb_parse_i64("spawn", "repeat", arg, 1, MAX_REPEAT, &repeat)) return WB_EXIT_USAGE;
-      break;
-    case OPT_JSON:
-      json = true;
-      break;
-    }
-  }
-
-  /* The cases, in the order given (default: all). */
-  spawn_run runs[NCASES];
-  size_t nruns = 0;
-  memset(runs, 0, sizeof runs);
-  if (!case_list) {
-    for (size_t c = 0; c < NCASES; c++) runs[nruns++].c = &cases[c];
-  } else {
-    for (const char *q = case_list;;) {
-      size_t len = strcspn(q, ",");
-      size_t c = 0;
-      while (c < NCASES && !(strlen(cases[c].name) == len && strncmp(cases[c].name, q, len) == 0)) c++;
-      if (c == NCASES)
-        return wb_usage_error("spawn",
-                              "--case: unknown case '%.*s' (future-fiber, future-fiber-batch, "
-                              "future-thread-batch, pmap-empty, go-single, go-batch)",
-                              (int)len, q);
-      for (size_t j = 0; j < nruns; j++)
-        if (runs[j].c == &cases[c]) return wb_usage_error("spawn", "--case: '%s' given twice", cases[c].name);
-      runs[nruns++].c = &cases[c];
-      if (q[len] == '\0') break;
-      q += len + 1;
-    }
-  }
-
-  int exit_code = WB_EXIT_OK;
-  char *command = NULL;
-  p.fs = calloc((size_t)p.batch, sizeof *p.fs);
-  for (size_t j = 0; j < nruns && p.fs; j++) {
-    runs[j].ms = calloc((size_t)repeat, sizeof *runs[j].ms);
-    runs[j].ns_op = calloc((size_t)repeat, sizeof *runs[j].ns_op);
-    if (!runs[j].ms || !runs[j].ns_op) exit_code = WB_EXIT_FAIL;
-  }
-  if (!p.fs || exit_code != WB_EXIT_OK) {
-    fprintf(stderr, "weft-bench spawn: out of memory\n");
-    exit_code = WB_EXIT_FAIL;
-    goto out;
-  }
-  wb_progress_init(json);
-
-  /* Repetition 0 is the warm-up: run, then thrown away (it also chooses pmap-empty's calls). */
-  for (int64_t r = 0; r <= repeat; r++) {
-    if (r == 1) {
-      /* The canonical command line, once every value is known: a rerun repeats exactly this. */
-      for (size_t j = 0; j < nruns; j++) runs[j].ops = ops_of(runs[j].c, &p);
-      if (make_command(runs, nruns, &p, repeat, json, &command) < 0) {
-        fprintf(stderr, "weft-bench spawn: out of memory\n");
-        exit_code = WB_EXIT_FAIL;
-        goto out;
-      }
-      if (!json) {
-        wb_progress_clear();
-        fprintf(stderr, "command: %s\n", command);
-      }
-    }
-    for (size_t k = 0; k < nruns; k++) {
-      spawn_run *run = &runs[wb_interleave((size_t)r, k, nruns)];
-      if (run->skipped || run->failed) continue;
-      wb_progress(true, "[%s %lld of %lld] %s", r ? "repetition" : "warm-up", (long long)(r ? r : 1),
-                  (long long)(r ? repeat : 1), run->c->name);
-      int64_t ns = 0;
-      char err[256] = "";
-      int rc = run->c->run(&p, &ns, err, sizeof err);
-      if (rc == SPAWN_SKIP) {
-        run->skipped = true;
-        snprintf(run->error, sizeof run->error, "%s", err);
-        wb_progress_clear();
-        if (strcmp(run->c->backend, "go") == 0)
-          fprintf(stderr, "weft-bench spawn: go: skipped: %s\n", err);
-        else
-          fprintf(stderr, "weft-bench spawn: %s: skipped: %s\n", run->c->name, err);
-        continue;
-      }
-      if (rc != 0) {
-        run->failed = true;
-        snprintf(run->error, sizeof run->error, "%s", err);
-        wb_progress_clear();
-        fprintf(stderr, "weft-bench spawn: %s: %s\n", run->c->name, err);
-        exit_code = WB_EXIT_FAIL;
-        continue;
-      }
-      if (r == 0) continue;
-      run->ms[run->n] = (double)ns / 1e6;
-      run->ns_op[run->n] = (double)ns / (double)run->ops;
-      run->n++;
-    }
-  }
-  wb_progress_clear();
-
-  if (!json) {
-    print_table(runs, nruns, &p, repeat);
-  } else {
-    for (size_t j = 0; j < nruns; j++) {
-      if (runs[j].skipped) continue;
-      json_value *rec = spawn_record(&runs[j], runs, nruns, &p, command);
-      if (!rec || json_print_line(rec, stdout) < 0) {
-        fprintf(stderr, "weft-bench spawn: cannot write the record for %s\n", runs[j].c->name);
-        exit_code = WB_EXIT_FAIL;
-      }
-      json_free(rec);
-    }
-  }
-out:
-  for (size_t j = 0; j < nruns; j++) {
-    free(runs[j].ms);
-    free(runs[j].ns_op);
-  }
-  free(p.fs);
-  free(command);
-  return exit_code;
+  return wb_drive(&spawn_command, &p, argc, argv);
 }

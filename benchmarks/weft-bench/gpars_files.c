@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "gpars.h"
 
 #define FILE_MIN 1024
@@ -68,20 +69,6 @@ static void handlers_remove(void) {
   sigaction(SIGTERM, &old_term, NULL);
   sigaction(SIGHUP, &old_hup, NULL);
   live = NULL;
-}
-
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static uint64_t next_rand(uint64_t *s) {
-  /* xorshift64*: the same generator as the kernels' inputs */
-  *s ^= *s >> 12;
-  *s ^= *s << 25;
-  *s ^= *s >> 27;
-  return *s * 0x2545F4914F6CDD1Dull;
 }
 
 static void files_teardown(void *p) {
@@ -142,8 +129,8 @@ static int files_setup(void **out, size_t items, uint64_t seed, char *err, size_
   uint64_t s = seed ? seed : 1;
   unsigned char buf[FILE_MAX];
   for (size_t i = 0; i < items; i++) {
-    size_t size = FILE_MIN + (size_t)(next_rand(&s) % (FILE_MAX - FILE_MIN + 1));
-    for (size_t k = 0; k < size; k++) buf[k] = (unsigned char)(next_rand(&s) >> 56);
+    size_t size = FILE_MIN + (size_t)(wb_xorshift64s(&s) % (FILE_MAX - FILE_MIN + 1));
+    for (size_t k = 0; k < size; k++) buf[k] = (unsigned char)(wb_xorshift64s(&s) >> 56);
     int fd = open(c->paths[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       int e = errno;
@@ -159,7 +146,7 @@ static int files_setup(void **out, size_t items, uint64_t seed, char *err, size_
       files_teardown(c);
       return rc;
     }
-    c->expect[i] = fnv1a(buf, size);
+    c->expect[i] = wb_fnv1a(WB_FNV_INIT, buf, size);
   }
   *out = c;
   return 0;
@@ -186,7 +173,7 @@ static int files_element(void *p, size_t i) {
     if (r == 0 || (len += (size_t)r) == sizeof buf) break;
   }
   close(fd);
-  c->out[i] = fnv1a(buf, len);
+  c->out[i] = wb_fnv1a(WB_FNV_INIT, buf, len);
   return 0;
 }
 

@@ -27,8 +27,9 @@
 
 #include "gpars.h"
 #include "http.h"
-#include "weft.h"
 #include "net.h"
+#include "server.h"
+#include "weft.h"
 
 #define HTTP_TIMEOUT_NS (10 * 1000000000LL) /* one GET, connect included */
 

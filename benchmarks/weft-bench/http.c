@@ -30,12 +30,6 @@
 #define REQ_HEAD_MAX 8192
 #define RESP_BUF     16384
 
-uint64_t wb_fnv1a(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
 /* "\r\n\r\n" in b[from..n): the offset just past it, or 0 when absent. */
 static size_t head_end(const char *b, size_t from, size_t n) {
   for (size_t i = from; i + 3 < n; i++)
@@ -110,10 +104,7 @@ int wb_http_page_init(wb_http_page *p, size_t body_len, uint64_t seed, int64_t t
   /* Lines of letters from xorshift64* (the kernels' generator): fixed by the seed, printable, cheap. */
   uint64_t s = seed ? seed : 0x9e3779b97f4a7c15ull;
   for (size_t i = 0; i < body_len; i++) {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    uint64_t r = s * 0x2545f4914f6cdd1dull;
+    uint64_t r = wb_xorshift64s(&s);
     body[i] = (i % 64 == 63) ? '\n' : (char)('a' + (r >> 59) % 26);
   }
   static const char pre[] = "<!DOCTYPE html>\n<html><head><title>weft-bench</title></head><body><pre>\n";

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bench.h"
 #include "net.h"
 #include "weft.h"
 
@@ -42,10 +43,6 @@ void wb_http_page_fini(wb_http_page *p);
 
 /* The server's handler (a wb_conn_fn; ctx is a wb_http_page): serve requests until the connection ends. */
 int wb_http_serve(void *ctx, int fd, wb_io io);
-
-/* FNV-1a, continued from h (start with WB_FNV_INIT). */
-#define WB_FNV_INIT 0xcbf29ce484222325ull
-uint64_t wb_fnv1a(uint64_t h, const void *p, size_t n);
 
 /* ------------------------------------------------------------------------ */
 /* URLs                                                                      */

@@ -8,7 +8,6 @@
 
 #include <string.h>
 
-#include "net.h"
 #include "weft.h"
 
 const char *wb_argv0 = "weft-bench";
@@ -32,7 +31,11 @@ static const char main_help[] =
     "              thread per request: requests/s, latency percentiles, errors\n"
     "  echo        a TCP echo over C loopback connections, a fiber per connection against\n"
     "              a thread per connection: messages/s, MB/s, latency percentiles\n"
-    "  compare     compare two --json results files; exit 1 on a regression\n"
+    "  grain       the efficiency of a parallel map against the size of its tasks, on\n"
+    "              weft (CPU and blocking), OpenMP (parallel for, tasks) and a thread\n"
+    "              per task; each one's minimum effective task granularity (METG)\n"
+    "  compare     compare two --json results files; exit 1 on a regression, 4 when\n"
+    "              they were measured in different environments\n"
     "\n"
     "Every measuring command takes --json (JSON Lines on stdout, with machine and\n"
     "build metadata and the command line that repeats the run) and --repeat R\n"
@@ -40,17 +43,17 @@ static const char main_help[] =
     "documents each command; docs/weft-bench.md is the manual.\n"
     "\n"
     "Exit codes: 0 ok, 1 a run failed or compare found a regression, 2 usage or\n"
-    "bad input, 3 not available in this build.\n";
+    "bad input, 3 not available in this build, 4 compare: unlike environments.\n";
 
 static const struct {
   const char *name;
   int (*run)(int, char **);
   bool uses_weft; /* shut weft's runtime down afterwards */
 } commands[] = {
-    {"sleep", wb_cmd_sleep, true},      {"embroidery", wb_cmd_embroidery, false},
-    {"gpars", wb_cmd_gpars, true},      {"spawn", wb_cmd_spawn, true},
-    {"http", wb_cmd_http, true},        {"echo", wb_cmd_echo, true},
-    {"compare", wb_cmd_compare, false},
+    {"sleep", wb_cmd_sleep, true}, {"embroidery", wb_cmd_embroidery, false},
+    {"gpars", wb_cmd_gpars, true}, {"spawn", wb_cmd_spawn, true},
+    {"http", wb_cmd_http, true},   {"echo", wb_cmd_echo, true},
+    {"grain", wb_cmd_grain, true}, {"compare", wb_cmd_compare, false},
 };
 
 int main(int argc, char **argv) {

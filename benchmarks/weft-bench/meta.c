@@ -1,25 +1,36 @@
 /*
- * This file contains the metadata that goes with every measurement: what
- * machine ran it (CPU model, cores, kernel), what built it (the compilers of
- * weft-bench and of weft, the OpenMP versions, weft's version, the git
- * commit) and how weft's backend was set up (fibers, carriers, context
- * switch, stack size and guard), so that two results files can be told
- * apart long after the run.
+ * This file contains the environment fingerprint that goes with every
+ * measurement: the machine (machine.c), what built it (the compilers of
+ * weft-bench and of weft, the build's C flags and type, the OpenMP
+ * versions and the runtime library loaded, weft's version, the git commit),
+ * how weft's backend was set up (fibers, carriers, context switch, stack
+ * size and guard), and the environment variables that change what weft,
+ * OpenMP or Go do. `weft-bench compare` uses it to refuse to compare unlike
+ * runs; the version, commit and set-up are for people (docs/weft-bench.md).
  */
-#define _POSIX_C_SOURCE 200809L
+/* dl_iterate_phdr is a GNU extension: Linux first. */
+#define _GNU_SOURCE 1
 #include "bench.h"
 
-#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
 #include <time.h>
 
 #include "weft.h"
 
+/* CMake passes the commit it found at configure time, and the build's C flags and type; a build by hand has
+ * none. */
 #ifndef WEFT_BENCH_GIT_COMMIT
-/* CMake passes the commit it found at configure time; a build by hand has none. */
 #define WEFT_BENCH_GIT_COMMIT "unknown"
+#endif
+#ifndef WEFT_BENCH_C_FLAGS
+#define WEFT_BENCH_C_FLAGS "unknown"
+#endif
+#ifndef WEFT_BENCH_BUILD_TYPE
+#define WEFT_BENCH_BUILD_TYPE "unknown"
 #endif
 
 extern char **environ;
@@ -34,38 +45,28 @@ const char *wb_compiler(void) {
 #endif
 }
 
-/* The first value of one of keys in /proc/cpuinfo ("model name" on x86, others on Arm). */
-static void cpu_model(char *out, size_t len) {
-  static const char *const keys[] = {"model name", "Hardware", "Processor", "cpu model", "uarch"};
-  snprintf(out, len, "unknown");
-  FILE *f = fopen("/proc/cpuinfo", "r");
-  if (!f) return;
-  char line[512];
-  size_t best = sizeof keys / sizeof keys[0];
-  while (fgets(line, sizeof line, f)) {
-    char *colon = strchr(line, ':');
-    if (!colon) continue;
-    for (size_t k = 0; k < best; k++) {
-      size_t kl = strlen(keys[k]);
-      if (strncmp(line, keys[k], kl) != 0 || (line[kl] != ' ' && line[kl] != '\t' && line[kl] != ':'))
-        continue;
-      char *v = colon + 1;
-      while (isspace((unsigned char)*v)) v++;
-      size_t n = strlen(v);
-      while (n && isspace((unsigned char)v[n - 1])) v[--n] = '\0';
-      if (n) {
-        snprintf(out, len, "%s", v);
-        best = k; /* keep looking only for a better key */
-      }
-      break;
-    }
-    if (best == 0) break;
-  }
-  fclose(f);
+/* The file of the OpenMP runtime this process loaded (libgomp, libomp, libiomp), resolved; false without. */
+typedef struct omp_lib {
+  char path[PATH_MAX];
+  bool found;
+} omp_lib;
+
+static int find_omp(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  omp_lib *o = arg;
+  const char *name = info->dlpi_name, *base = name ? strrchr(name, '/') : NULL;
+  base = base ? base + 1 : name;
+  if (!base || !(strncmp(base, "libgomp", 7) == 0 || strncmp(base, "libomp", 6) == 0 ||
+                 strncmp(base, "libiomp", 7) == 0))
+    return 0;
+  /* The file the link points at names the version ("libgomp.so.1.0.0", "llvm-14/lib/libomp.so.5"). */
+  if (!realpath(name, o->path)) snprintf(o->path, sizeof o->path, "%s", name);
+  o->found = true;
+  return 1;
 }
 
-static int add_env(json_value *rec) {
-  json_value *env = json_new_object();
+static int add_env(json_t *rec) {
+  json_t *env = json_object();
   if (!env) return -ENOMEM;
   int rc = 0;
   for (char **e = environ; *e && rc == 0; e++) {
@@ -76,23 +77,17 @@ static int add_env(json_value *rec) {
     if (n >= sizeof name) continue;
     memcpy(name, *e, n);
     name[n] = '\0';
-    rc = json_set_str(env, name, eq + 1);
+    rc = wb_json_set_str(env, name, eq + 1);
   }
   if (rc < 0) {
-    json_free(env);
+    json_decref(env);
     return rc;
   }
-  return json_set(rec, "env", env);
+  return wb_json_set(rec, "env", env);
 }
 
-int wb_meta_add(json_value *rec) {
-  char model[256], kernel[512], date[32];
-  cpu_model(model, sizeof model);
-  struct utsname u;
-  if (uname(&u) == 0)
-    snprintf(kernel, sizeof kernel, "%s %s %s", u.sysname, u.release, u.machine);
-  else
-    snprintf(kernel, sizeof kernel, "unknown");
+int wb_meta_add(json_t *rec) {
+  char date[32];
   time_t now = time(NULL);
   struct tm tm;
   gmtime_r(&now, &tm);
@@ -103,35 +98,35 @@ int wb_meta_add(json_value *rec) {
   weft_info info;
   memset(&info, 0, sizeof info);
   bool have_info = weft_get_info(&info) == 0;
+  omp_lib omp = {.found = false};
+  dl_iterate_phdr(find_omp, &omp);
 
-  int rc = json_set_int(rec, "cores", wb_cores());
-  if (rc == 0) rc = json_set_str(rec, "cpu_model", model);
-  if (rc == 0) rc = json_set_str(rec, "kernel", kernel);
-  if (rc == 0) rc = json_set_str(rec, "compiler", wb_compiler());
-  if (rc == 0) rc = json_set_str(rec, "weft_compiler", have_info ? info.compiler : NULL);
+  int rc = wb_machine_add(rec);
+  if (rc == 0) rc = wb_json_set_str(rec, "compiler", wb_compiler());
+  if (rc == 0) rc = wb_json_set_str(rec, "compiler_flags", WEFT_BENCH_C_FLAGS);
+  if (rc == 0) rc = wb_json_set_str(rec, "build_type", WEFT_BENCH_BUILD_TYPE);
+  if (rc == 0) rc = wb_json_set_str(rec, "weft_compiler", have_info ? info.compiler : NULL);
 #ifdef _OPENMP
-  if (rc == 0) rc = json_set_int(rec, "openmp", _OPENMP);
+  if (rc == 0) rc = wb_json_set_int(rec, "openmp", _OPENMP);
 #else
-  if (rc == 0) rc = json_set_null(rec, "openmp");
+  if (rc == 0) rc = wb_json_set_null(rec, "openmp");
 #endif
-  if (rc == 0) rc = json_set_str(rec, "openmp_runtime", have_info ? info.openmp_runtime : NULL);
-  if (rc == 0) {
-    if (have_info && info.openmp)
-      rc = json_set_int(rec, "weft_openmp", info.openmp);
-    else
-      rc = json_set_null(rec, "weft_openmp");
-  }
-  if (rc == 0) rc = json_set_str(rec, "weft_version", have_info ? info.version : NULL);
-  if (rc == 0) rc = json_set_str(rec, "weft_header_version", WEFT_VERSION_STRING);
-  if (rc == 0) rc = json_set_str(rec, "git_commit", WEFT_BENCH_GIT_COMMIT);
-  if (rc == 0) rc = json_set_str(rec, "date", date);
-  if (rc == 0) rc = json_set_bool(rec, "fibers", fibers);
-  if (rc == 0) rc = json_set_int(rec, "carriers", have_info ? (int64_t)info.carriers : 0);
-  if (rc == 0) rc = json_set_int(rec, "carriers_running", weft_carrier_count());
-  if (rc == 0) rc = json_set_str(rec, "context_switch", have_info ? info.context_switch : NULL);
-  if (rc == 0) rc = json_set_int(rec, "stack_size", have_info ? (int64_t)info.stack_size : 0);
-  if (rc == 0) rc = json_set_str(rec, "stack_guard", have_info ? info.stack_guard : NULL);
-  if (rc == 0) rc = json_set_bool(rec, "io_uring", have_info && info.io_uring);
+  if (rc == 0) rc = wb_json_set_str(rec, "openmp_runtime", have_info ? info.openmp_runtime : NULL);
+  if (rc == 0)
+    rc = have_info && info.openmp ? wb_json_set_int(rec, "weft_openmp", info.openmp)
+                                  : wb_json_set_null(rec, "weft_openmp");
+  if (rc == 0) rc = wb_json_set_str(rec, "openmp_library", omp.found ? omp.path : NULL);
+  if (rc == 0) rc = wb_json_set_str(rec, "weft_version", have_info ? info.version : NULL);
+  if (rc == 0) rc = wb_json_set_str(rec, "weft_header_version", WEFT_VERSION_STRING);
+  if (rc == 0) rc = wb_json_set_str(rec, "git_commit", WEFT_BENCH_GIT_COMMIT);
+  if (rc == 0) rc = wb_json_set_str(rec, "date", date);
+  if (rc == 0) rc = wb_json_set_bool(rec, "fibers", fibers);
+  if (rc == 0) rc = wb_json_set_int(rec, "carriers", have_info ? (int64_t)info.carriers : 0);
+  if (rc == 0) rc = wb_json_set_int(rec, "carriers_running", weft_carrier_count());
+  if (rc == 0) rc = wb_json_set_str(rec, "context_switch", have_info ? info.context_switch : NULL);
+  if (rc == 0) rc = wb_json_set_int(rec, "stack_size", have_info ? (int64_t)info.stack_size : 0);
+  if (rc == 0) rc = wb_json_set_str(rec, "stack_guard", have_info ? info.stack_guard : NULL);
+  if (rc == 0) rc = wb_json_set_bool(rec, "io_uring", have_info && info.io_uring);
   if (rc == 0) rc = add_env(rec);
   return rc;
 }

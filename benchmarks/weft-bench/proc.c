@@ -20,24 +20,57 @@
 #include <time.h>
 #include <unistd.h>
 
-unsigned wb_cores(void) {
-  /* Grow the mask until the kernel's fits: a fixed cpu_set_t stops at 1024 CPUs. */
-  for (size_t ncpu = 1024; ncpu <= (1u << 20); ncpu *= 2) {
-    cpu_set_t *set = CPU_ALLOC(ncpu);
-    if (!set) break;
-    size_t size = CPU_ALLOC_SIZE(ncpu);
+/*
+ * The affinity mask, grown until the kernel's fits (a fixed cpu_set_t stops
+ * at 1024 CPUs): the set with *ncpu CPUs' room, or NULL (CPU_FREE it).
+ */
+static cpu_set_t *affinity(size_t *ncpu) {
+  for (size_t n = 1024; n <= (1u << 20); n *= 2) {
+    cpu_set_t *set = CPU_ALLOC(n);
+    if (!set) return NULL;
+    size_t size = CPU_ALLOC_SIZE(n);
     CPU_ZERO_S(size, set);
     if (sched_getaffinity(0, size, set) == 0) {
-      int n = CPU_COUNT_S(size, set);
-      CPU_FREE(set);
-      return n > 0 ? (unsigned)n : 1;
+      *ncpu = n;
+      return set;
     }
     int err = errno;
     CPU_FREE(set);
     if (err != EINVAL) break;
   }
+  return NULL;
+}
+
+unsigned wb_cores(void) {
+  size_t ncpu;
+  cpu_set_t *set = affinity(&ncpu);
+  if (set) {
+    int n = CPU_COUNT_S(CPU_ALLOC_SIZE(ncpu), set);
+    CPU_FREE(set);
+    if (n > 0) return (unsigned)n;
+  }
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (unsigned)n : 1;
+}
+
+void wb_affinity_list(char *out, size_t len) {
+  size_t ncpu;
+  cpu_set_t *set = affinity(&ncpu);
+  snprintf(out, len, "unknown");
+  if (!set) return;
+  size_t size = CPU_ALLOC_SIZE(ncpu), used = 0;
+  out[0] = '\0';
+  for (size_t c = 0; c < ncpu; c++) {
+    if (!CPU_ISSET_S(c, size, set)) continue;
+    size_t end = c;
+    while (end + 1 < ncpu && CPU_ISSET_S(end + 1, size, set)) end++;
+    int n = end > c ? snprintf(out + used, len - used, "%s%zu-%zu", used ? "," : "", c, end)
+                    : snprintf(out + used, len - used, "%s%zu", used ? "," : "", c);
+    if (n < 0 || (size_t)n >= len - used) break; /* a list too long for out ends where it fits */
+    used += (size_t)n;
+    c = end;
+  }
+  CPU_FREE(set);
 }
 
 int wb_thread_count(void) {
@@ -80,6 +113,8 @@ wb_usage wb_usage_since(wb_usage after, wb_usage before) {
   wb_usage d = {after.user_s - before.user_s, after.sys_s - before.sys_s, after.minflt - before.minflt};
   return d;
 }
+
+double wb_usage_cpu_ms(wb_usage u) { return (u.user_s + u.sys_s) * 1e3; }
 
 int64_t wb_now_ns(void) {
   struct timespec ts;
