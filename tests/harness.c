@@ -22,7 +22,9 @@
 
 #include "fiber/fiber.h"
 #include "fiber/stack.h"
-#include "sys.h"
+#include "base/process.h"
+#include "base/sys.h"
+#include "cpu/cpu.h"
 
 static int baseline_fds = -1;
 

@@ -40,7 +40,7 @@
 
 #include "harness.h"
 #include "stress/reliability.h"
-#include "sys.h"
+#include "base/sys.h"
 #include "fiber/sched.h"
 
 #ifdef WEFT_HAVE_OPENMP

@@ -20,7 +20,7 @@
 
 #include "fiber/sched.h"
 #include "harness.h"
-#include "sys.h"
+#include "base/sys.h"
 
 #define MS 1000000LL
 

@@ -21,7 +21,7 @@
 
 #include "harness.h"
 #include "local/local.h"
-#include "sys.h"
+#include "base/sys.h"
 
 #define MS   1000000LL
 #define V(x) ((void *)(uintptr_t)(x))

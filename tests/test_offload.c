@@ -25,7 +25,7 @@
 
 #include "harness.h"
 #include "io/offload.h"
-#include "sys.h"
+#include "base/sys.h"
 
 #define MS   1000000LL
 #define V(x) ((void *)(uintptr_t)(x))
@@ -529,7 +529,6 @@ static void test_thread_fault(void) {
  */
 static void child_offloads(void *arg) {
   (void)arg;
-  weft__offload_atfork_child(); /* config.c's atfork handler calls it too: it may run twice */
   weft__offload_stats s;
   weft__offload_get_stats(&s);
   if (s.threads != 0 || s.queued != 0 || s.running != 0) _exit(3);

@@ -25,7 +25,7 @@
 
 #include "fiber/overflow.h"
 #include "fiber/stack.h"
-#include "sys.h"
+#include "base/sys.h"
 
 /* AddressSanitizer and ThreadSanitizer: their own SIGSEGV handler, installed first, reports and exits. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

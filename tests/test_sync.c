@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "sys.h"
+#include "base/sys.h"
 
 #define MS 1000000LL
 

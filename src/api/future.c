@@ -19,7 +19,7 @@
  *      +--cancel/free--> CANCELLED
  *   (FAILED: a BLOCKING future that found no stack and no CPU worker either)
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -27,8 +27,10 @@
 #include "../cpu/cpu.h"
 #include "../fiber/fiber.h"
 #include "../local/local.h"
-#include "../sys.h"
+#include "../base/process.h"
+#include "../base/sys.h"
 #include "../sync/wait.h"
+#include "lifecycle.h"
 
 enum { F_PENDING, F_RUNNING, F_DONE, F_CANCELLED, F_FAILED };
 
@@ -98,7 +100,7 @@ static bool reg_insert_locked(uintptr_t p) {
 static void reg_prepare(void) { pthread_mutex_lock(&reg_mu); }
 static void reg_release(void) { pthread_mutex_unlock(&reg_mu); }
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
-static void reg_once_init(void) { pthread_atfork(reg_prepare, reg_release, reg_release); }
+static void reg_once_init(void) { weft__on_fork(reg_prepare, reg_release, reg_release); }
 
 static bool reg_add(const weft_future *f) {
   pthread_once(&reg_once, reg_once_init);
@@ -254,7 +256,7 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
   }
 #endif
   int rc;
-  if (kind == WEFT_BLOCKING && weft__fibers_start() == 0) {
+  if (kind == WEFT_BLOCKING && weft__fibers_up() == 0) {
     weft__fiber_prepare(&f->fiber, &fiber_ops, f);
     f->fiber.spawn_site = __builtin_return_address(0);
     rc = weft__fiber_spawn(&f->fiber);

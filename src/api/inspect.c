@@ -11,7 +11,7 @@
  * asks for one more after it (the pipe keeps the bytes; a burst of signals
  * coalesces into one dump per read).
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -24,9 +24,11 @@
 #include "../fiber/fiber.h"
 #include "../fiber/stack.h"
 #include "../io/offload.h"
-#include "../io/uring.h"
+#include "../poll/uring.h"
 #include "../sync/wait.h"
-#include "../sys.h"
+#include "../base/process.h"
+#include "../base/settings.h"
+#include "../base/sys.h"
 
 /* --- weft_dump ------------------------------------------------------------------- */
 
@@ -130,7 +132,9 @@ static int parse_signal(const char *s) {
  * the environment once). Otherwise nothing runs and no thread is made.
  */
 __attribute__((constructor)) static void dump_signal_init(void) {
-  const char *env = getenv("WEFT_DUMP_SIGNAL");
+  weft__settings s;
+  weft__settings_get(&s);
+  const char *env = s.dump_signal;
   if (!env || !*env) return;
   int sig = parse_signal(env);
   if (!sig || sig == SIGKILL || sig == SIGSTOP || sig == SIGSEGV || sig == SIGBUS) {

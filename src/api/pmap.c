@@ -30,7 +30,7 @@
  * the map is under a quarter of what could ever pay for a team): the hot
  * path of a small map is a look-up, three compares and the loop.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -39,10 +39,11 @@
 #include "../cpu/cpu.h"
 #include "../cpu/model.h"
 #include "../fiber/fiber.h"
-#include "../sys.h"
+#include "../base/settings.h"
+#include "../base/sys.h"
 #include "../sync/wait.h"
+#include "lifecycle.h"
 #include "pmap.h"
-#include "settings.h"
 
 /* --- the CPU path ---------------------------------------------------------- */
 
@@ -468,7 +469,7 @@ int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts)
     return cpu_auto(n, fn, ctx, o.flags, pc);
   int explain = (o.flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
   if (o.kind == WEFT_BLOCKING) {
-    if (weft__fibers_start() == 0) {
+    if (weft__fibers_up() == 0) {
       if (explain) explain_fixed(pc, n, &o, true, explain);
       return weft__pmap_fibers(n, fn, ctx, o.max_parallel, pc);
     }

@@ -34,7 +34,7 @@
  * ("starved"); the fibers it has finish what is left, and if it had none,
  * the caller runs the rest on the CPU path: no element is lost.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include "../fiber/fiber.h"
 #include "../sync/wait.h"

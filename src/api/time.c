@@ -3,7 +3,7 @@
  * the clock, sleeping, yielding, and the questions "am I on a fiber?" and
  * "was my future cancelled?".
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <sched.h>
 #include <time.h>

@@ -17,8 +17,8 @@
 #ifndef WEFT_CPU_CPU_H
 #define WEFT_CPU_CPU_H
 
-#include "../internal.h"
-#include "../sync/lock.h"
+#include "../base/internal.h"
+#include "../base/lock.h"
 
 /* A unit of asynchronous work for weft__cpu_submit. */
 typedef struct weft__job {
@@ -203,9 +203,8 @@ void weft__cpu_shutdown(void);
 /* True on a thread of weft's own OpenMP team (or pool) while it runs weft's work. */
 bool weft__cpu_host_member(void);
 
-/* In a forked child: forget the parent's threads (pthread_atfork). */
-void weft__cpu_atfork_child(void);
-void weft__pool_atfork_child(void);
+/* 1 when the host thread of weft's OpenMP team is kept alive on purpose (libomp, cpu_omp.c), else 0. */
+int weft__cpu_kept_threads(void);
 
 /* "libgomp", "libomp", "pool" (which runtime CPU work uses in this process). */
 const char *weft__cpu_runtime_name(void);

@@ -4,7 +4,7 @@
  * parallel and futures still run asynchronously.
  */
 #include "cpu.h"
-#include "../sys.h"
+#include "../base/sys.h"
 
 void weft__cpu_run_range(weft__range *r) { weft__pool_run_range(r); }
 void weft__cpu_team(weft__team *t) { weft__pool_team(t); }
@@ -15,6 +15,5 @@ bool weft__cpu_in_region(void) { return false; }
 unsigned weft__cpu_threads(void) { return weft__pool_threads(); }
 void weft__cpu_shutdown(void) { weft__pool_shutdown(); }
 bool weft__cpu_host_member(void) { return weft__pool_is_worker(); }
-void weft__cpu_atfork_child(void) {}
 const char *weft__cpu_runtime_name(void) { return "pool"; }
 int weft__cpu_kept_threads(void) { return 0; }

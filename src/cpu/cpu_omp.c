@@ -55,9 +55,10 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "../api/settings.h"
-#include "../fiber/annotate.h"
-#include "../sys.h"
+#include "../base/settings.h"
+#include "../base/process.h"
+#include "../base/annotate.h"
+#include "../base/sys.h"
 
 /* How long the host keeps its team open without work. */
 #define LINGER_NS (50 * 1000000LL)
@@ -98,6 +99,10 @@ static struct {
 
 /* Set in a child forked from a libgomp process: OpenMP is unusable there. */
 static bool omp_unusable;
+
+static void atfork_child(void);
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { weft__on_fork(NULL, NULL, atfork_child); }
 
 /* True on the threads of the host team while they run its region. */
 static __thread bool tls_in_host;
@@ -142,7 +147,7 @@ static void fork_tasks(weft__range *r, size_t t) {
 /* Outside any region: a region of t threads from the runtime's pool, the caller its master. */
 static void fork_region(weft__range *r, size_t t) {
   /* A child forked after this region must know that libgomp's threads are gone (atfork_child). */
-  weft__atfork_init();
+  pthread_once(&fork_once, fork_register);
   r->workers = t;
   size_t left = r->n - weft__load_relaxed(&r->next);
   if (r->static_ok || (r->grain && left / r->grain + (left % r->grain != 0) <= t)) {
@@ -400,7 +405,7 @@ static int host_submit(weft__job *j) {
   }
   if (!host.cv_ready) host_cv_init();
   if (!host.thread_started) {
-    weft__atfork_init();
+    pthread_once(&fork_once, fork_register);
     int rc = weft__thread_start(&host.thread, 0, "weft-omp", host_main, NULL);
     if (rc < 0) {
       pthread_mutex_unlock(&host.mu);
@@ -464,7 +469,7 @@ void weft__cpu_shutdown(void) {
   weft__pool_shutdown();
 }
 
-void weft__cpu_atfork_child(void) {
+static void atfork_child(void) {
   /* The host thread and its team are gone; the queue's jobs with them. */
   pthread_mutex_init(&host.mu, NULL);
   host_cv_init();

@@ -25,8 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../api/settings.h"
-#include "../sys.h"
+#include "../base/settings.h"
+#include "../base/process.h"
+#include "../base/sys.h"
 
 #define POOL_MAX_THREADS 1024
 #define POOL_SPIN_NS     50000 /* a worker that ran a job watches the queue this long before it sleeps */
@@ -49,6 +50,10 @@ static struct {
           .done_cv = PTHREAD_COND_INITIALIZER};
 
 static __thread bool tls_worker;
+
+static void atfork_child(void);
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { weft__on_fork(NULL, NULL, atfork_child); }
 
 bool weft__pool_is_worker(void) { return tls_worker; }
 
@@ -147,7 +152,7 @@ static int submit_locked(weft__job *j) {
   unsigned ready = pool.idle + atomic_load_explicit(&pool.spinning, memory_order_relaxed);
   if (ready <= atomic_load_explicit(&pool.queued, memory_order_relaxed) &&
       pool.started < weft__pool_threads()) {
-    weft__atfork_init();
+    pthread_once(&fork_once, fork_register);
     char name[32];
     snprintf(name, sizeof name, "weft-pool-%u", pool.started);
     int rc = weft__thread_start(&pool.threads[pool.started], 0, name, worker_main, NULL);
@@ -265,7 +270,7 @@ void weft__pool_shutdown(void) {
   pthread_mutex_unlock(&pool.mu);
 }
 
-void weft__pool_atfork_child(void) {
+static void atfork_child(void) {
   pthread_mutex_init(&pool.mu, NULL);
   pthread_cond_init(&pool.work_cv, NULL);
   pthread_cond_init(&pool.done_cv, NULL);

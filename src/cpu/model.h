@@ -111,7 +111,7 @@
 #ifndef WEFT_CPU_MODEL_H
 #define WEFT_CPU_MODEL_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 
 #define WEFT__MODEL_GAPS          8           /* buckets of the time since a thread's last fork */
 #define WEFT__MODEL_FORK_GUESS    1000.0      /* ns: the fork cost of a bucket never measured */

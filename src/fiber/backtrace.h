@@ -8,7 +8,7 @@
 #ifndef WEFT_FIBER_BACKTRACE_H
 #define WEFT_FIBER_BACKTRACE_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 #include "frame.h"
 
 /* A session of symbolization (opened once per dump: reading the process's modules costs). */

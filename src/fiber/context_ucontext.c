@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <ucontext.h>
 
-#include "../internal.h"
+#include "../base/internal.h"
 #include "context.h"
 
 /* A context: what swapcontext saves, and what is handed to it. */

@@ -8,7 +8,7 @@
  * itself; a change to its order bumps VERSION, and the script says when it
  * meets a version it does not know.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <stddef.h>
 

@@ -22,7 +22,7 @@
  * queue, spawn queues, open sources). What is read is a snapshot: a fiber
  * that is readied while the dump looks may show as parked.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,14 +30,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../sync/futex.h"
-#include "../sys.h"
+#include "../base/futex.h"
+#include "../base/sys.h"
 #include "backtrace.h"
 #include "fiber.h"
 #include "frame.h"
 #include "sched.h"
 
-#define rt_ weft__rt_state
 
 /* Stacks unwound per carrier in one dump (see above): bounds how long a carrier stops. */
 #define STACKS_PER_CARRIER 64
@@ -291,7 +290,7 @@ int weft__fibers_dump(int fd, bool stacks) {
   }
   const char *why = NULL;
   weft__symbols *syms = stacks ? weft__symbols_open(&why) : NULL;
-  unsigned n = atomic_load_explicit(&rt_.ncarriers, memory_order_acquire);
+  unsigned n = weft__carriers_n();
   weft__dump_req **reqs = weft__calloc(n ? n : 1, sizeof *reqs);
   for (unsigned i = 0; reqs && i < n; i++) {
     reqs[i] = weft__calloc(1, sizeof **reqs);
@@ -307,7 +306,7 @@ int weft__fibers_dump(int fd, bool stacks) {
   }
   /* Ask every running carrier at once, then collect. */
   for (unsigned i = 0; i < n; i++) {
-    weft__carrier *c = rt_.carriers[i];
+    weft__carrier *c = weft__carrier_at(i);
     weft__dump_req *r = reqs[i];
     atomic_init(&r->refs, 2);
     r->stacks = syms != NULL;
@@ -325,7 +324,7 @@ int weft__fibers_dump(int fd, bool stacks) {
       n, (unsigned long long)weft__fibers_now(), weft__unstarted_count());
   if (stacks && !syms) put(&o, "weft: no stacks: %s\n", why ? why : "unknown");
   for (unsigned i = 0; i < n; i++) {
-    weft__carrier *c = rt_.carriers[i];
+    weft__carrier *c = weft__carrier_at(i);
     weft__dump_req *r = reqs[i];
     int64_t give_up = weft_now_ns() + ANSWER_NS;
     while (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_PENDING ||

@@ -6,7 +6,7 @@
 #ifndef WEFT_FIBER_FIBER_H
 #define WEFT_FIBER_FIBER_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 #include "../sync/wait.h"
 
 struct weft__fiber;
@@ -163,12 +163,19 @@ void weft__source_finished(struct weft__fiber *f);
 /* Fill in a fiber for spawning. */
 void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg);
 
+/* What the fiber layer asks of the layers above it: given at each start (api/lifecycle.c). */
+typedef struct weft__fiber_hooks {
+  /* Is the calling thread inside an OpenMP region? A fiber must not park there (weft__parkable_self);
+   * also asked once by each carrier before its first fiber, so that the runtime registers the thread. */
+  bool (*in_region)(void);
+} weft__fiber_hooks;
+
 /*
  * Start the fiber runtime if needed (lazily, once; again after shutdown).
  * Returns 0, or a negative errno when fibers cannot run (disabled, no context
  * switch, threads refused): the caller falls back on the CPU path.
  */
-int weft__fibers_start(void);
+int weft__fibers_start(const weft__fiber_hooks *h);
 
 /* True when the runtime is running (no start attempt). */
 bool weft__fibers_running(void);
@@ -193,8 +200,7 @@ unsigned weft__fiber_carrier_id(void);
  */
 bool weft__carrier_may_arrive(unsigned id);
 
-/* The fiber running on this thread, or NULL. */
-weft__fiber *weft__fiber_self(void);
+/* weft__fiber_self, weft__parkable_self, weft__fiber_park_wait, weft__fiber_ready: sync/park.h. */
 
 /* Switch away from the calling fiber until weft__fiber_ready() is called for it. */
 void weft__fiber_park(void);
@@ -221,11 +227,6 @@ static inline void weft__fiber_waits(weft__fiber *f, unsigned kind, const void *
 
 /* Put the calling fiber at the back of its carrier's queue and switch away. */
 void weft__fiber_yield(void);
-
-/* Arm the calling fiber's timer: at the deadline, w is resolved TIMEDOUT. */
-void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w);
-/* Disarm it if still armed (the fiber itself, after it woke). */
-void weft__fiber_timer_disarm(weft__fiber *self);
 
 /* Called by weft__stack's SIGSEGV handler: is addr in the guard of this thread's running fiber? */
 bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_size);
@@ -257,7 +258,14 @@ int weft__fibers_dump(int fd, bool stacks);
 /* Stop the runtime: wait for every fiber to end, join the carriers. */
 void weft__fibers_shutdown(void);
 
-/* In a forked child: forget the parent's carriers (pthread_atfork). */
-void weft__fibers_atfork_child(void);
+/*
+ * Calls running outside the runtime on a fiber's behalf (the offload pool's,
+ * io/offload.c): while any runs, the deadlock report stays silent, since
+ * such a call may release what the parked fibers wait for.
+ */
+extern atomic_uint weft__outside_calls;
+
+/* The poller of the carrier that f runs on (fibers never move): where its descriptor and file waits go. */
+struct weft__poller *weft__fiber_poller(const weft__fiber *f);
 
 #endif /* WEFT_FIBER_FIBER_H */

@@ -15,7 +15,10 @@ void weft__fiber_prepare(weft__fiber *f, const weft__fiber_ops *ops, void *arg) 
   f->arg = arg;
 }
 
-int weft__fibers_start(void) { return -ENOSYS; }
+int weft__fibers_start(const weft__fiber_hooks *h) {
+  WEFT__UNUSED(h);
+  return -ENOSYS;
+}
 bool weft__fibers_running(void) { return false; }
 int weft__fiber_spawn(weft__fiber *f) {
   WEFT__UNUSED(f);
@@ -33,13 +36,17 @@ void weft__fiber_ready(weft__fiber *f) {
   weft__die("weft__fiber_ready without fibers");
 }
 void weft__fiber_yield(void) { weft__die("weft__fiber_yield without fibers"); }
-void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
-  WEFT__UNUSED(self);
+weft__fiber *weft__parkable_self(void) { return NULL; }
+weft__tctx *weft__fiber_tctx_self(void) { return NULL; }
+void weft__fiber_park_wait(weft__fiber *f, unsigned kind, const void *obj, int64_t deadline_ns,
+                           weft__waiter *w) {
+  WEFT__UNUSED(f);
+  WEFT__UNUSED(kind);
+  WEFT__UNUSED(obj);
   WEFT__UNUSED(deadline_ns);
   WEFT__UNUSED(w);
-  weft__die("weft__fiber_timer_arm without fibers");
+  weft__die("weft__fiber_park_wait without fibers");
 }
-void weft__fiber_timer_disarm(weft__fiber *self) { WEFT__UNUSED(self); }
 bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_size) {
   WEFT__UNUSED(addr);
   WEFT__UNUSED(fiber_id);
@@ -48,7 +55,12 @@ bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_
 }
 void weft__fiber_get_stats(weft__fiber_stats *out) { memset(out, 0, sizeof *out); }
 void weft__fibers_shutdown(void) {}
-void weft__fibers_atfork_child(void) {}
+atomic_uint weft__outside_calls;
+
+struct weft__poller *weft__fiber_poller(const weft__fiber *f) {
+  (void)f;
+  return NULL;
+}
 unsigned weft_carrier_count(void) { return 0; }
 const char *weft__stack_guard_name(void) { return "none"; }
 weft__carrier *weft__carrier_self(void) { return NULL; }

@@ -9,7 +9,7 @@
 #ifndef WEFT_FIBER_FRAME_H
 #define WEFT_FIBER_FRAME_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 
 /* Enough of a suspended context to unwind from it. */
 typedef struct weft__frame {

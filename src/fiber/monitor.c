@@ -31,21 +31,35 @@
  * while, the monitor parks until a carrier starts running fibers again (the
  * carrier kicks it), or for at most PARK_NS.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <pthread.h>
 #include <time.h>
 
-#include "../io/offload.h"
-#include "../sys.h"
+#include "../base/process.h"
+#include "../base/sys.h"
+#include "fiber.h"
 #include "sched.h"
-
-#define rt weft__rt_state
 
 /* After this many looks at an idle runtime the monitor parks. */
 #define IDLE_LOOKS 40
 /* A parked monitor looks again after this long anyway (a kick may be missed). */
 #define PARK_NS (250 * 1000000LL)
+
+/*
+ * The monitor's own state. It reads the scheduler only through sched.h's
+ * functions (the carriers, the counts of unstarted work, compensation).
+ */
+static struct {
+  pthread_t thread;
+  bool running;       /* under the scheduler's lock (start and stop are called with it held) */
+  pthread_mutex_t mu; /* guards stop and the parked monitor's wake-up */
+  pthread_cond_t cv;  /* the monitor sleeps here between looks */
+  bool stop;          /* under mu */
+  int64_t threshold_ns, deadlock_ns;
+} mon = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+WEFT__ALIGNED_CL atomic_bool weft__monitor_parked;
 
 static void timed_wait(int64_t ns) {
   struct timespec ts;
@@ -53,7 +67,7 @@ static void timed_wait(int64_t ns) {
   int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + ns;
   ts.tv_sec = (time_t)(t / 1000000000);
   ts.tv_nsec = (long)(t % 1000000000);
-  pthread_cond_timedwait(&rt.monitor_cv, &rt.monitor_mu, &ts);
+  pthread_cond_timedwait(&mon.cv, &mon.mu, &ts);
 }
 
 /*
@@ -93,15 +107,13 @@ static bool sync_wait(unsigned kind) {
 static size_t stuck_fibers(void) {
   /* Unstarted fibers, or a map that still has elements to start (an open source whose elements are all
    * claimed only waits for its fibers, which are looked at below). */
-  if (weft__unstarted_count() > atomic_load_explicit(&rt.nsources, memory_order_relaxed) || weft__sources_want())
-    return 0;
-  weft__offload_stats os;
-  weft__offload_get_stats(&os);
-  if (os.running || os.queued) return 0;
+  if (weft__unstarted_count() > weft__sources_open() || weft__sources_want()) return 0;
+  /* An offloaded call (io/offload.c counts them here) may release what the fibers wait for. */
+  if (atomic_load_explicit(&weft__outside_calls, memory_order_acquire)) return 0;
   size_t n = 0;
-  unsigned nc = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  unsigned nc = weft__carriers_n();
   for (unsigned i = 0; i < nc; i++) {
-    weft__carrier *c = rt.carriers[i];
+    weft__carrier *c = weft__carrier_at(i);
     if (atomic_load_explicit(&c->status, memory_order_relaxed) != WEFT__C_RUNNING) continue;
     if (atomic_load_explicit(&c->slice_seq, memory_order_relaxed) & 1) return 0; /* a fiber runs */
     bool ok = true;
@@ -119,15 +131,15 @@ static size_t stuck_fibers(void) {
 }
 
 static void deadlock_check(int64_t now) {
-  int64_t window = (int64_t)rt.settings.deadlock_ms * 1000000;
-  if (window <= 0 || atomic_load(&rt.live) == 0) {
+  int64_t window = mon.deadlock_ns;
+  if (window <= 0 || weft__fibers_live() == 0) {
     dl.since = 0;
     return;
   }
   uint64_t p = 0;
-  unsigned nc = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  unsigned nc = weft__carriers_n();
   for (unsigned i = 0; i < nc; i++)
-    p += atomic_load_explicit(&rt.carriers[i]->slice_seq, memory_order_relaxed);
+    p += atomic_load_explicit(&weft__carrier_at(i)->slice_seq, memory_order_relaxed);
   if (p != dl.progress || dl.since == 0) {
     dl.progress = p;
     dl.since = now;
@@ -153,11 +165,11 @@ static bool look(int64_t threshold_ns) {
   int64_t now = weft_now_ns();
   atomic_store_explicit(&weft__coarse_now, now, memory_order_relaxed); /* for the waits dumps show */
   (void)weft__fibers_now();                                            /* samples the peak (weft_get_stats) */
-  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  unsigned n = weft__carriers_n();
   size_t pinned = 0;
   bool busy = false, retired = false;
   for (unsigned i = 0; i < n; i++) {
-    weft__carrier *c = rt.carriers[i];
+    weft__carrier *c = weft__carrier_at(i);
     int st = atomic_load_explicit(&c->status, memory_order_relaxed);
     if (st == WEFT__C_RETIRED) retired = true;
     if (st != WEFT__C_RUNNING) continue;
@@ -180,72 +192,75 @@ static bool look(int64_t threshold_ns) {
   }
   deadlock_check(now);
   size_t waiting = pinned ? weft__unstarted_count() : 0;
-  if ((pinned && waiting) || retired) {
-    /* trylock: shutdown holds rt.mu while it stops this thread. */
-    if (pthread_mutex_trylock(&rt.mu) == 0) {
-      weft__carriers_reap_locked();
-      size_t k = pinned < waiting ? pinned : waiting;
-      while (k-- > 0 && atomic_load(&rt.nrunning) < rt.cap)
-        if (weft__carrier_start_locked(true) != 0) break;
-      pthread_mutex_unlock(&rt.mu);
-    }
-  }
-  return busy || atomic_load_explicit(&rt.nextra, memory_order_relaxed) > 0;
+  if ((pinned && waiting) || retired) weft__carriers_compensate(pinned < waiting ? pinned : waiting);
+  return busy || weft__carriers_extra() > 0;
 }
 
 static void *monitor_main(void *arg) {
   WEFT__UNUSED(arg);
-  int64_t threshold_ns = (int64_t)rt.settings.pin_threshold_ms * 1000000;
-  int64_t period = threshold_ns / 4 > 1000000 ? threshold_ns / 4 : 1000000;
+  int64_t period = mon.threshold_ns / 4 > 1000000 ? mon.threshold_ns / 4 : 1000000;
   unsigned idle = 0;
-  pthread_mutex_lock(&rt.monitor_mu);
-  while (!rt.monitor_stop) {
+  pthread_mutex_lock(&mon.mu);
+  while (!mon.stop) {
     if (idle >= IDLE_LOOKS) {
-      atomic_store(&rt.monitor_parked, true);
+      atomic_store(&weft__monitor_parked, true);
       timed_wait(PARK_NS);
-      atomic_store(&rt.monitor_parked, false);
+      atomic_store(&weft__monitor_parked, false);
       idle = 0;
     } else {
       timed_wait(period);
     }
-    if (rt.monitor_stop) break;
-    pthread_mutex_unlock(&rt.monitor_mu);
-    idle = look(threshold_ns) ? 0 : idle + 1;
-    pthread_mutex_lock(&rt.monitor_mu);
+    if (mon.stop) break;
+    pthread_mutex_unlock(&mon.mu);
+    idle = look(mon.threshold_ns) ? 0 : idle + 1;
+    pthread_mutex_lock(&mon.mu);
   }
-  pthread_mutex_unlock(&rt.monitor_mu);
+  pthread_mutex_unlock(&mon.mu);
   return NULL;
 }
 
-int weft__monitor_start(void) {
+/* A child has no monitor thread; its lock may have been held by it. */
+static void atfork_child(void) {
+  pthread_mutex_init(&mon.mu, NULL);
+  pthread_cond_init(&mon.cv, NULL);
+  mon.running = false;
+  mon.stop = false;
+  atomic_store(&weft__monitor_parked, false);
+}
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { weft__on_fork(NULL, NULL, atfork_child); }
+
+int weft__monitor_start(unsigned pin_threshold_ms, unsigned deadlock_ms) {
+  pthread_once(&fork_once, fork_register);
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&rt.monitor_cv, &a);
+  pthread_cond_init(&mon.cv, &a);
   pthread_condattr_destroy(&a);
-  rt.monitor_stop = false;
-  atomic_store(&rt.monitor_parked, false);
+  mon.threshold_ns = (int64_t)pin_threshold_ms * 1000000;
+  mon.deadlock_ns = (int64_t)deadlock_ms * 1000000;
+  mon.stop = false;
+  atomic_store(&weft__monitor_parked, false);
   /* 256 KiB: small, and above every architecture's PTHREAD_STACK_MIN (128 KiB on aarch64). */
-  int rc = weft__thread_start(&rt.monitor, 256 * 1024, "weft-monitor", monitor_main, NULL);
-  rt.monitor_running = rc == 0;
+  int rc = weft__thread_start(&mon.thread, 256 * 1024, "weft-monitor", monitor_main, NULL);
+  mon.running = rc == 0;
   return rc;
 }
 
 void weft__monitor_stop(void) {
-  if (!rt.monitor_running) return;
-  pthread_mutex_lock(&rt.monitor_mu);
-  rt.monitor_stop = true;
-  pthread_cond_signal(&rt.monitor_cv);
-  pthread_mutex_unlock(&rt.monitor_mu);
-  pthread_join(rt.monitor, NULL);
-  rt.monitor_running = false;
-  weft__carriers_reap_locked();
+  if (!mon.running) return;
+  pthread_mutex_lock(&mon.mu);
+  mon.stop = true;
+  pthread_cond_signal(&mon.cv);
+  pthread_mutex_unlock(&mon.mu);
+  pthread_join(mon.thread, NULL);
+  mon.running = false;
 }
 
 void weft__monitor_kick(void) {
   /* The monitor slept: its clock for dumps is stale by as much. */
   atomic_store_explicit(&weft__coarse_now, weft_now_ns(), memory_order_relaxed);
-  pthread_mutex_lock(&rt.monitor_mu);
-  if (atomic_load(&rt.monitor_parked)) pthread_cond_signal(&rt.monitor_cv);
-  pthread_mutex_unlock(&rt.monitor_mu);
+  pthread_mutex_lock(&mon.mu);
+  if (atomic_load(&weft__monitor_parked)) pthread_cond_signal(&mon.cv);
+  pthread_mutex_unlock(&mon.mu);
 }

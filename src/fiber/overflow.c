@@ -20,7 +20,7 @@
  */
 #include "overflow.h"
 
-#include "../sys.h"
+#include "../base/sys.h"
 #include "fiber.h"
 
 #include <pthread.h>

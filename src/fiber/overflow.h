@@ -8,7 +8,7 @@
 #ifndef WEFT_FIBER_OVERFLOW_H
 #define WEFT_FIBER_OVERFLOW_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 
 /* Install the handler (once per process; later calls do nothing). Returns 0 or -errno. */
 int weft__overflow_install(void);

@@ -143,7 +143,7 @@
  *  - Preemption by signals: a fiber interrupted at an arbitrary point could
  *    hold a libc lock; the pinning monitor compensates instead.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -151,13 +151,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../api/settings.h"
-#include "../io/poller.h"
-#include "../cpu/cpu.h"
-#include "../io/uring.h"
+#include "../base/settings.h"
+#include "../base/process.h"
+#include "../poll/poller.h"
+#include "../poll/uring.h"
 #include "../local/local.h"
-#include "../sys.h"
-#include "annotate.h"
+#include "../base/sys.h"
+#include "../base/annotate.h"
 #include "context.h"
 #include "fiber.h"
 #include "overflow.h"
@@ -223,11 +223,29 @@ enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
 /* How long a compensation carrier stays without work before it retires. */
 #define RETIRE_NS (200 * 1000000LL)
 
-weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
-                           .quiesce_cv = PTHREAD_COND_INITIALIZER,
-                           .monitor_mu = PTHREAD_MUTEX_INITIALIZER,
-                           .monitor_cv = PTHREAD_COND_INITIALIZER};
+weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER, .quiesce_cv = PTHREAD_COND_INITIALIZER};
 #define rt weft__rt_state
+
+atomic_uint weft__outside_calls;
+
+struct weft__poller *weft__fiber_poller(const weft__fiber *f) {
+  return &f->home->poller;
+}
+
+unsigned weft__carriers_n(void) { return atomic_load_explicit(&rt.ncarriers, memory_order_acquire); }
+weft__carrier *weft__carrier_at(unsigned i) { return rt.carriers[i]; }
+unsigned weft__carriers_extra(void) { return atomic_load_explicit(&rt.nextra, memory_order_relaxed); }
+size_t weft__sources_open(void) { return atomic_load_explicit(&rt.nsources, memory_order_relaxed); }
+uint64_t weft__fibers_live(void) { return atomic_load(&rt.live); }
+
+void weft__carriers_compensate(size_t k) {
+  /* trylock: shutdown holds rt.mu while it stops the monitor, which calls this. */
+  if (pthread_mutex_trylock(&rt.mu) != 0) return;
+  weft__carriers_reap_locked();
+  while (k-- > 0 && atomic_load(&rt.nrunning) < rt.cap)
+    if (weft__carrier_start_locked(true) != 0) break;
+  pthread_mutex_unlock(&rt.mu);
+}
 
 static __thread weft__carrier *tls_carrier;
 
@@ -580,7 +598,7 @@ static void fifo_remove(weft__carrier *c, weft__fiber *f) {
   f->tnext = f->tprev = NULL;
 }
 
-void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
+static void timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter *w) {
   weft__carrier *c = self->home;
   self->timer_deadline = deadline_ns > 0 ? deadline_ns : 1;
   self->timer_waiter = w;
@@ -602,7 +620,7 @@ void weft__fiber_timer_arm(weft__fiber *self, int64_t deadline_ns, weft__waiter 
   heap_up(c, c->heap_len - 1);
 }
 
-void weft__fiber_timer_disarm(weft__fiber *self) {
+static void timer_disarm(weft__fiber *self) {
   if (!self->timer_deadline) return;
   if (self->timer_slot == TSLOT_FIFO)
     fifo_remove(self->home, self);
@@ -685,7 +703,7 @@ static void run_fiber(weft__carrier *c, weft__fiber *f) {
   atomic_store_explicit(&f->state, WEFT__FS_RUNNING, memory_order_relaxed);
   c->current = f;
   atomic_store_explicit(&c->slice_seq, ++c->slices, memory_order_relaxed);
-  if (WEFT__UNLIKELY(atomic_load_explicit(&rt.monitor_parked, memory_order_relaxed))) weft__monitor_kick();
+  if (WEFT__UNLIKELY(atomic_load_explicit(&weft__monitor_parked, memory_order_relaxed))) weft__monitor_kick();
   WEFT__ASAN_START(&c->asan_fake, f->stack_base, f->stack_size);
   WEFT__TSAN_SWITCH(f->san_tsan_fiber);
   weft__ctx_switch(&c->sched_sp, f->sp, f);
@@ -713,6 +731,29 @@ static void to_scheduler(weft__carrier *c, weft__fiber *f, int after) {
 void weft__fiber_park(void) {
   weft__carrier *c = tls_carrier;
   to_scheduler(c, c->current, WEFT__AFTER_PARK);
+}
+
+void weft__fiber_park_wait(weft__fiber *f, unsigned kind, const void *obj, int64_t deadline_ns,
+                           weft__waiter *w) {
+  weft__fiber_waits(f, kind, obj, deadline_ns);
+  if (w) timer_arm(f, deadline_ns, w);
+  weft__fiber_park();
+  if (w) timer_disarm(f);
+  weft__fiber_waits(f, WEFT__WAIT_NONE, NULL, 0);
+}
+
+weft__tctx *weft__fiber_tctx_self(void) {
+  weft__carrier *c = tls_carrier;
+  return c && c->current ? &c->current->tc : NULL;
+}
+
+/* What the layers above gave at start (weft__fibers_start): read by the carriers, set before they start. */
+static weft__fiber_hooks hooks;
+
+weft__fiber *weft__parkable_self(void) {
+  weft__fiber *f = weft__fiber_self();
+  if (f && hooks.in_region && WEFT__UNLIKELY(hooks.in_region())) return NULL;
+  return f;
 }
 
 void weft__fiber_yield(void) {
@@ -1083,8 +1124,13 @@ static void exit_wait(int64_t deadline) {
   }
 }
 
+static void atfork_child(void);
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-static void exit_register(void) { weft__on_exit(exit_begin, exit_wait); }
+/* Once, before the first carrier starts: what a fork and the process's end do to the runtime. */
+static void exit_register(void) {
+  weft__on_exit(exit_begin, exit_wait);
+  weft__on_fork(NULL, NULL, atfork_child);
+}
 
 static weft__fiber *find_runnable(weft__carrier *c) {
   for (;;) {
@@ -1243,7 +1289,7 @@ static void *carrier_main(void *arg) {
    * registration made on a fiber stack confuses the ThreadSanitizer support
    * (archer) when the thread exits.
    */
-  (void)weft__cpu_in_region();
+  if (hooks.in_region) (void)hooks.in_region();
   weft__overflow_thread_init(); /* without it an overflow still ends the process, just with no message */
   sched_loop(c);
   weft__overflow_thread_fini();
@@ -1270,7 +1316,7 @@ static int carrier_new(unsigned id, weft__carrier **out) {
   weft__lock_init(&c->reg_lock);
   weft__lock_init(&c->spawn_lock);
   weft__lock_init(&c->inbox_lock);
-  int rc = weft__poller_init(&c->poller);
+  int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
   if (rc < 0) {
     weft__free(c);
     return rc;
@@ -1365,7 +1411,7 @@ static void stop_carriers_locked(void) {
   atomic_store_explicit(&rt.state, RT_STOPPED, memory_order_release);
 }
 
-int weft__fibers_start(void) {
+int weft__fibers_start(const weft__fiber_hooks *h) {
   if (WEFT__LIKELY(atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING)) return 0;
   pthread_mutex_lock(&rt.mu);
   int rc = 0;
@@ -1381,8 +1427,8 @@ int weft__fibers_start(void) {
     rc = -ENOSYS; /* switched off: the caller falls back, quietly */
     goto out;
   }
-  weft__atfork_init();
   pthread_once(&exit_once, exit_register);
+  hooks = *h; /* no carrier runs now (the runtime is stopped) */
   rc = weft__stack_init(s.stack_size);
   if (rc < 0) goto fail;
   weft__overflow_install();
@@ -1416,7 +1462,7 @@ int weft__fibers_start(void) {
    * Without its monitor the runtime still works; it just cannot compensate
    * for pinned carriers. One warning line at most, once, for both shortfalls.
    */
-  int mrc = weft__monitor_start();
+  int mrc = weft__monitor_start(s.pin_threshold_ms, s.deadlock_ms);
   if ((started < s.carriers || mrc < 0) && !rt.warned_fewer) {
     rt.warned_fewer = true;
     if (started < s.carriers)
@@ -1456,11 +1502,12 @@ void weft__fibers_shutdown(void) {
   }
   atomic_store(&rt.quiesce_waiting, false);
   weft__monitor_stop();
+  weft__carriers_reap_locked();
   stop_carriers_locked();
   pthread_mutex_unlock(&rt.mu);
 }
 
-void weft__fibers_atfork_child(void) {
+static void atfork_child(void) {
   /* The carriers did not come along; their memory is the parent's business. */
   pthread_mutex_init(&rt.mu, NULL);
   pthread_cond_init(&rt.quiesce_cv, NULL);
@@ -1477,6 +1524,9 @@ void weft__fibers_atfork_child(void) {
   weft__lock_init(&rt.src_lock);
   rt.sources = rt.sources_tail = NULL;
   atomic_store(&rt.nsources, 0);
+  atomic_store(&rt.nextra, 0);
+  atomic_store(&rt.quiesce_waiting, false);
+  atomic_store(&weft__outside_calls, 0);
   rt.carriers = NULL;
   rt.cap = 0;
   tls_carrier = NULL;

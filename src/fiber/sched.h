@@ -8,9 +8,9 @@
 
 #include <pthread.h>
 
-#include "../api/settings.h"
-#include "../io/poller.h"
-#include "../sync/lock.h"
+#include "../base/settings.h"
+#include "../poll/poller.h"
+#include "../base/lock.h"
 #include "fiber.h"
 
 /* An intrusive FIFO of fibers (through weft__fiber.next). */
@@ -133,18 +133,30 @@ typedef struct weft__rt {
   atomic_uint_fast64_t fibers_peak;           /* most fibers live at once, sampled (weft__fibers_now) */
   atomic_uint_fast64_t extra_started;         /* compensation carriers started (stats) */
   atomic_uint_fast64_t next_id;               /* fiber ids are handed out in blocks from here */
-  pthread_t monitor;                          /* the pinning monitor's thread (monitor.c) */
-  bool monitor_running;                       /* under mu */
-  pthread_mutex_t monitor_mu;                 /* guards monitor_stop and monitor_parked's wake-up */
-  pthread_cond_t monitor_cv;                  /* the monitor sleeps here between looks */
-  bool monitor_stop;                          /* under monitor_mu */
-  atomic_bool monitor_parked;                 /* the monitor sleeps until a carrier runs a fiber */
   atomic_uint nextra;                         /* compensation carriers running */
   bool warned_fewer;                          /* said once that fewer carriers started */
   bool warned_fallback;                       /* said once that fibers could not start */
 } weft__rt;
 
+/* The scheduler's state: sched.c's, and the gdb extension's layout table's (debug.c); nothing else reads it.
+ */
 extern weft__rt weft__rt_state;
+
+/*
+ * What the monitor and the dump read of the scheduler. Carriers are never
+ * freed while the runtime runs: weft__carrier_at(i) for i below
+ * weft__carriers_n() stays valid until weft_shutdown.
+ */
+unsigned weft__carriers_n(void);
+weft__carrier *weft__carrier_at(unsigned i);
+/* Compensation carriers running. */
+unsigned weft__carriers_extra(void);
+/* Join the retired carriers and start up to k compensation carriers (none while shutdown holds the lock). */
+void weft__carriers_compensate(size_t k);
+/* Open fiber sources (a hint, without the lock). */
+size_t weft__sources_open(void);
+/* Fibers spawned and not yet done, and open sources. */
+uint64_t weft__fibers_live(void);
 
 /* The carrier of the calling thread, or NULL. */
 weft__carrier *weft__carrier_self(void);
@@ -171,9 +183,11 @@ extern const uint64_t weft__debug_layout[];
 void weft__dump_serve(weft__carrier *c);
 
 /* The pinning monitor (monitor.c): started and stopped with the runtime, under rt.mu. */
-int weft__monitor_start(void);
+int weft__monitor_start(unsigned pin_threshold_ms, unsigned deadlock_ms);
 void weft__monitor_stop(void);
 /* A carrier starts running fibers again: wake the monitor if it parked for want of work. */
 void weft__monitor_kick(void);
+/* The monitor sleeps until a carrier runs a fiber (read by the carriers at each switch). */
+extern atomic_bool weft__monitor_parked;
 
 #endif /* WEFT_FIBER_SCHED_H */

@@ -139,7 +139,9 @@
  */
 #include "stack.h"
 
-#include "../sys.h"
+#include "../base/process.h"
+#include "../base/settings.h"
+#include "../base/sys.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -330,7 +332,7 @@ static void once_init(void) {
   long p = sysconf(_SC_PAGESIZE);
   if (p > 0) page = (size_t)p;
   tls_key_ok = pthread_key_create(&tls_key, tls_destructor) == 0;
-  pthread_atfork(atfork_prepare, atfork_release, atfork_child);
+  weft__on_fork(atfork_prepare, atfork_release, atfork_child);
 }
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -973,7 +975,9 @@ static bool thp_needs_nohuge(void) {
 
 /* The guard method for this init: WEFT_STACK_GUARD, else the probe. */
 static int choose_method(void) {
-  const char *env = getenv("WEFT_STACK_GUARD");
+  weft__settings s;
+  weft__settings_get(&s);
+  const char *env = s.stack_guard;
   bool forced_madv = false;
   if (env && *env) {
     if (strcmp(env, "none") == 0) return GUARD_NONE;

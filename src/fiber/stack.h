@@ -14,7 +14,7 @@
 #ifndef WEFT_FIBER_STACK_H
 #define WEFT_FIBER_STACK_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 
 /*
  * Configure the allocator for stacks of `size` usable bytes (rounded up to

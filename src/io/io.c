@@ -30,7 +30,7 @@
  * the carriers' only waiting point (io_uring_enter instead of epoll_wait) is
  * the way to batch socket I/O; until then epoll serves them.
  */
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -39,11 +39,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../fiber/sched.h"
+#include "../fiber/fiber.h"
 #include "../sync/wait.h"
 #include "offload.h"
-#include "poller.h"
-#include "uring.h"
+#include "../poll/poller.h"
+#include "../poll/uring.h"
 
 /* --- waiting for a descriptor -------------------------------------------------------- */
 
@@ -85,7 +85,7 @@ static int wait_ready(int fd, short events, int64_t deadline_ns) {
   weft__fiber *self = weft__parkable_self();
   if (!self) return wait_thread(fd, events, deadline_ns);
   if (deadline_ns == 0) return wait_thread(fd, events, 0); /* just look */
-  int rc = weft__poller_wait_fd(&self->home->poller, fd, events, deadline_ns);
+  int rc = weft__poller_wait_fd(weft__fiber_poller(self), fd, events, deadline_ns);
   /* A descriptor that epoll refuses (EPERM) can only be waited for by blocking the carrier. */
   if (rc == -EPERM) return wait_thread(fd, events, deadline_ns);
   return rc;
@@ -128,7 +128,7 @@ static ssize_t file_rw(int fd, void *buf, size_t len, bool write) {
   weft__fiber *self = weft__parkable_self();
   if (!self) return (ssize_t)(intptr_t)file_op_run(&op);
   weft__uring_req q = {.write = write, .fd = fd, .buf = buf, .len = len};
-  int64_t r = weft__uring_run(&self->home->poller, &q, -1);
+  int64_t r = weft__uring_run(weft__fiber_poller(self), &q, -1);
   if (r != -ENOSYS) return (ssize_t)r;
   void *res = NULL;
   int rc = weft__offload_run(file_op_run, &op, &res);
@@ -172,12 +172,12 @@ static ssize_t transfer(enum op op, int fd, void *buf, size_t len, int flags, in
   int kind = K_SOCKET;
   /* A socket whose last reads found nothing: wait for it first (poller.h, the read hint). */
   weft__fiber *self = reading && deadline_ns != 0 ? weft__parkable_self() : NULL;
-  if (self && weft__poller_read_hint(&self->home->poller, fd)) {
+  if (self && weft__poller_read_hint(weft__fiber_poller(self), fd)) {
     int w = wait_ready(fd, ev, deadline_ns);
     if (w < 0) return w;
   }
   ssize_t r = attempt(op, kind, fd, buf, len, flags);
-  if (self && (r == -EAGAIN || r == -EWOULDBLOCK)) weft__poller_note_dry(&self->home->poller, fd);
+  if (self && (r == -EAGAIN || r == -EWOULDBLOCK)) weft__poller_note_dry(weft__fiber_poller(self), fd);
   if (r == -ENOTSOCK && (op == OP_READ || op == OP_WRITE)) {
     kind = classify(fd);
     if (kind < 0) return kind;
@@ -239,7 +239,7 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadl
     while (c < 0 && errno == EINTR);
     if (c >= 0) {
       weft__fiber *self = weft__parkable_self();
-      if (self) weft__poller_fresh_fd(&self->home->poller, c);
+      if (self) weft__poller_fresh_fd(weft__fiber_poller(self), c);
       return c;
     }
     /* A connection that was reset before we took it is not the listener's failure. */
@@ -255,7 +255,7 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
   weft__fiber *self = weft__parkable_self();
-  if (self) weft__poller_fresh_fd(&self->home->poller, fd);
+  if (self) weft__poller_fresh_fd(weft__fiber_poller(self), fd);
   /*
    * A blocking socket would block the carrier in connect(2). The one
    * exception to "weft leaves descriptor flags alone": O_NONBLOCK is set for

@@ -55,10 +55,12 @@
 #include <pthread.h>
 #include <time.h>
 
-#include "../api/settings.h"
+#include "../base/settings.h"
+#include "../base/process.h"
+#include "../fiber/fiber.h"
 #include "../local/local.h"
 #include "../sync/wait.h"
-#include "../sys.h"
+#include "../base/sys.h"
 
 enum {
   C_QUEUED,   /* in the queue */
@@ -104,6 +106,8 @@ static bool pool_ready; /* pool_init ran (read by the atfork handler, in a singl
 static atomic_bool warned_no_thread;
 static __thread bool tls_worker; /* this thread is an offload thread */
 
+static void atfork_child(void);
+
 static void init_sync(void) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -118,11 +122,17 @@ static void pool_init(void) {
   init_sync();
   pool.idle_ns = WEFT__OFFLOAD_IDLE_NS;
   pool_ready = true;
+  weft__on_fork(NULL, NULL, atfork_child);
 }
 
 static void ensure_init(void) { pthread_once(&pool_once, pool_init); }
 
 /* --- the queue (pool.mu held) ----------------------------------------------------- */
+
+/* What the fiber layer's deadlock report must know: calls queued or running (fiber.h). Under pool.mu. */
+static void outside_update(void) {
+  atomic_store_explicit(&weft__outside_calls, (unsigned)(pool.queued + pool.running), memory_order_release);
+}
 
 static void enqueue(call *c) {
   c->next = NULL;
@@ -132,6 +142,7 @@ static void enqueue(call *c) {
     pool.head = c;
   pool.tail = c;
   pool.queued++;
+  outside_update();
 }
 
 static call *dequeue(void) {
@@ -140,6 +151,7 @@ static call *dequeue(void) {
   pool.head = c->next;
   if (!pool.head) pool.tail = NULL;
   pool.queued--;
+  outside_update();
   return c;
 }
 
@@ -154,6 +166,7 @@ static void unlink_call(call *c) {
       pool.head = c->next;
     if (pool.tail == c) pool.tail = prev;
     pool.queued--;
+    outside_update();
     return;
   }
 }
@@ -164,6 +177,7 @@ static void unlink_call(call *c) {
 static void run_taken(call *c) {
   c->state = C_RUNNING;
   if (++pool.running > pool.peak_running) pool.peak_running = pool.running;
+  outside_update();
   pthread_mutex_unlock(&pool.mu);
 
   weft__tctx tc;
@@ -177,6 +191,7 @@ static void run_taken(call *c) {
 
   pthread_mutex_lock(&pool.mu);
   pool.running--;
+  outside_update();
   pool.calls++;
   c->result = r;
   c->state = C_DONE;
@@ -343,7 +358,7 @@ void weft__offload_shutdown(void) {
   if (join) pthread_join(last, NULL);
 }
 
-void weft__offload_atfork_child(void) {
+static void atfork_child(void) {
   /* Only the forking thread survives: no offload thread, no parked fiber to serve. */
   if (pool_ready) init_sync();
   pool.head = pool.tail = NULL;

@@ -6,7 +6,7 @@
 #ifndef WEFT_IO_OFFLOAD_H
 #define WEFT_IO_OFFLOAD_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 
 /*
  * Run fn(arg) where it may block an OS thread, with weft_blocking's
@@ -24,9 +24,6 @@ int weft__offload_run(weft_task_fn fn, void *arg, void **result);
  * wait for itself: it aborts with a message).
  */
 void weft__offload_shutdown(void);
-
-/* In a forked child: forget the parent's threads and queued calls (pthread_atfork). */
-void weft__offload_atfork_child(void);
 
 /* True on an offload thread (while it runs a call, or idles). */
 bool weft__offload_is_worker(void);

@@ -52,8 +52,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "../fiber/fiber.h"
-#include "../sys.h"
+#include "../base/process.h"
+#include "../base/sys.h"
 
 #define SLOT_BITS   16
 #define SLOT_MASK   ((UINT64_C(1) << SLOT_BITS) - 1)
@@ -77,7 +77,7 @@ static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 /* A fork while another thread holds keys_mu would leave the child's copy held for ever. */
 static void keys_atfork_prepare(void) { pthread_mutex_lock(&keys_mu); }
 static void keys_atfork_release(void) { pthread_mutex_unlock(&keys_mu); }
-static void keys_init(void) { pthread_atfork(keys_atfork_prepare, keys_atfork_release, keys_atfork_release); }
+static void keys_init(void) { weft__on_fork(keys_atfork_prepare, keys_atfork_release, keys_atfork_release); }
 
 /* Split a key; false when its slot is out of range or its sequence number is not a live one. */
 static bool key_split(weft_key_t key, struct key_slot **slot, uint64_t *seq) {
@@ -173,8 +173,8 @@ weft__tctx *weft__locals_redirect(weft__tctx *tc) {
 static weft__tctx *owner(bool *thread) {
   *thread = false;
   if (tls_redirect) return tls_redirect;
-  weft__fiber *f = weft__fiber_self();
-  if (f) return &f->tc;
+  weft__tctx *f = weft__fiber_tctx_self();
+  if (f) return f;
   *thread = true;
   /*
    * The thread's base record: weft__tctx_self() answers it when no record is

@@ -28,7 +28,7 @@
 #ifndef WEFT_LOCAL_LOCAL_H
 #define WEFT_LOCAL_LOCAL_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 #include "../sync/wait.h"
 
 /* One scoped binding. Immutable once published, except refs. */

@@ -23,7 +23,7 @@
  */
 #include "local.h"
 
-#include "../sys.h"
+#include "../base/sys.h"
 
 void weft__scope_ref(struct weft__scope *s) {
   /* Relaxed: the holder already has a reference, which keeps s alive. */

@@ -47,7 +47,7 @@
 
 #include <string.h>
 
-#include "../sys.h"
+#include "../base/sys.h"
 
 enum { DELIVERED = 0, CLOSED = 1 };
 

@@ -129,7 +129,7 @@ typedef struct mwait {
 static __thread char tls_self;
 
 void *weft__sync_self(void) {
-  weft__fiber *f = weft__fiber_self();
+  struct weft__fiber *f = weft__fiber_self();
   return f ? (void *)f : (void *)&tls_self;
 }
 

@@ -25,13 +25,12 @@
 #ifndef WEFT_SYNC_SYNC_H
 #define WEFT_SYNC_SYNC_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 
 #include <sched.h>
 
-#include "../fiber/fiber.h"
-#include "futex.h"
-#include "lock.h"
+#include "../base/futex.h"
+#include "../base/lock.h"
 #include "wait.h"
 
 /*

@@ -4,9 +4,8 @@
  */
 #include "wait.h"
 
-#include "../cpu/cpu.h"
-#include "../fiber/fiber.h"
-#include "futex.h"
+#include "../base/futex.h"
+#include "park.h"
 
 /* The record of a plain thread, and the one it is lent for a piece of work. */
 static __thread weft__tctx tls_tctx;
@@ -21,8 +20,8 @@ void weft__tctx_init(weft__tctx *tc) {
 }
 
 weft__tctx *weft__tctx_self(void) {
-  weft__fiber *f = weft__fiber_self();
-  if (f) return &f->tc;
+  weft__tctx *t = weft__fiber_tctx_self();
+  if (t) return t;
   return tls_cur ? tls_cur : &tls_tctx;
 }
 
@@ -44,18 +43,6 @@ void weft__tctx_cancel(weft__tctx *tc) {
   weft__lock_release(&tc->lock);
 }
 
-/*
- * A fiber parks only when it is not inside an OpenMP region of its own: the
- * OpenMP runtime's per-thread state belongs to the carrier thread, and
- * another fiber on the same carrier must not find it mid-region. Inside
- * one, the fiber blocks its carrier like a plain thread would.
- */
-weft__fiber *weft__parkable_self(void) {
-  weft__fiber *f = weft__fiber_self();
-  if (f && WEFT__UNLIKELY(weft__cpu_in_region())) return NULL;
-  return f;
-}
-
 const char *const weft__wait_names[WEFT__WAIT_KINDS] = {
     "none", "other",     "sleep",     "read",   "write",      "file",    "mutex",   "cond",
     "sem",  "chan-send", "chan-recv", "future", "future-cpu", "offload", "cpu-map", "map"};
@@ -74,7 +61,7 @@ void weft__waiter_init(weft__waiter *w, bool cancellable) {
 
 bool weft__waiter_resolve(weft__waiter *w, uint32_t to) {
   /* Read before the CAS: once it succeeds the waiter may be gone. */
-  weft__fiber *f = w->fiber;
+  struct weft__fiber *f = w->fiber;
   uint32_t expect = WEFT__W_WAITING;
   /* acq_rel: the waker's writes before (a result, a channel element) are
      seen by the waiter, which reads state with acquire. */
@@ -100,7 +87,6 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
   }
 
   if (w->fiber) {
-    weft__fiber_waits(w->fiber, w->kind, w->obj, deadline_ns);
     /*
      * Exactly one resolve readies the fiber, so it parks exactly once, even
      * when the wait was resolved before it got here: that ready is already
@@ -116,11 +102,9 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
       if (atomic_compare_exchange_strong_explicit(&w->state, &expect, WEFT__W_TIMEDOUT, memory_order_acq_rel,
                                                   memory_order_acquire))
         goto out;
-      weft__fiber_park();
+      weft__fiber_park_wait(w->fiber, w->kind, w->obj, 0, NULL);
     } else {
-      if (deadline_ns > 0) weft__fiber_timer_arm(w->fiber, deadline_ns, w);
-      weft__fiber_park();
-      if (deadline_ns > 0) weft__fiber_timer_disarm(w->fiber);
+      weft__fiber_park_wait(w->fiber, w->kind, w->obj, deadline_ns, deadline_ns > 0 ? w : NULL);
     }
   } else {
     while (atomic_load_explicit(&w->state, memory_order_acquire) == WEFT__W_WAITING) {
@@ -130,7 +114,6 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
   }
 
 out:
-  if (w->fiber) weft__fiber_waits(w->fiber, WEFT__WAIT_NONE, NULL, 0);
   if (tc) {
     weft__lock_acquire(&tc->lock);
     tc->waiter = NULL;

@@ -17,8 +17,9 @@
 #ifndef WEFT_SYNC_WAIT_H
 #define WEFT_SYNC_WAIT_H
 
-#include "../internal.h"
-#include "lock.h"
+#include "../base/internal.h"
+#include "../base/lock.h"
+#include "park.h"
 
 struct weft__fiber;
 
@@ -102,12 +103,6 @@ void weft__tctx_cancel(weft__tctx *tc);
  * itself if it is still queued, before it returns. So no waiter leaves while
  * a waker can still reach it.
  */
-
-/*
- * The calling fiber when it may park: NULL on a plain thread, and on a fiber
- * that is inside an OpenMP region of its own (it then blocks its carrier).
- */
-struct weft__fiber *weft__parkable_self(void);
 
 /* Prepare a waiter for the calling context (fiber or thread). */
 void weft__waiter_init(weft__waiter *w, bool cancellable);

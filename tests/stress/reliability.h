@@ -25,7 +25,9 @@
 #include "fiber/fiber.h"
 #include "fiber/stack.h"
 #include "io/offload.h"
-#include "sys.h"
+#include "base/process.h"
+#include "base/sys.h"
+#include "cpu/cpu.h"
 
 /* Sanitizer builds: address-space limits make no sense there, and some loops are scaled down. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -32,9 +32,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "../fiber/fiber.h"
-#include "../fiber/sched.h"
-#include "../sys.h"
+#include "../base/sys.h"
 
 #ifdef WEFT_HAVE_VALGRIND_H
 #include <valgrind/memcheck.h>
@@ -57,11 +55,11 @@ typedef struct ring {
 } ring;
 
 typedef struct uop {
-  weft__waiter w; /* the fiber waits here for the completion */
-  int32_t res;    /* the completion's result */
-  bool done;      /* the completion was reaped */
-  bool reaping;   /* the fiber's wait ended otherwise; it parks until done */
-  weft__fiber *fiber;
+  weft__waiter w;              /* the fiber waits here for the completion */
+  weft__waiter back;           /* after a cancelled wait: the fiber waits here for the kernel to let go */
+  int32_t res;                 /* the completion's result */
+  bool done;                   /* the completion was reaped */
+  bool reaping;                /* the fiber's wait ended otherwise; it waits on back until done */
   struct __kernel_timespec ts; /* the deadline of the linked timeout: read by the kernel at submission */
 } uop;
 
@@ -100,7 +98,7 @@ static int ring_setup(ring *r) {
 static ring *ring_get(weft__poller *p) {
   if (p->uring) return p->uring;
   /* Switched off for this run of the runtime (WEFT_IO_URING=0, weft_configure). */
-  if (!weft__rt_state.settings.io_uring) return NULL;
+  if (!p->uring_allowed) return NULL;
   if (atomic_load_explicit(&usable, memory_order_relaxed) == 0) return NULL;
   ring *r = weft__calloc(1, sizeof *r);
   if (!r) return NULL;
@@ -153,7 +151,6 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
   memset(&op, 0, sizeof op);
   weft__waiter_init(&op.w, true);
   weft__waiter_on(&op.w, WEFT__WAIT_FILE, NULL);
-  op.fiber = op.w.fiber;
   /* Two SQEs when there is a deadline: make sure both fit before taking either. */
   if (io_uring_sq_space_left(&r->ring) < 2) submit(r);
   struct io_uring_sqe *sqe = sqe_get(r);
@@ -178,8 +175,10 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
       io_uring_prep_cancel(c, &op, 0);
       io_uring_sqe_set_data64(c, TAG_NONE);
     }
+    weft__waiter_init(&op.back, false);
+    weft__waiter_on(&op.back, WEFT__WAIT_FILE, NULL);
     op.reaping = true;
-    while (!op.done) weft__fiber_park();
+    weft__waiter_wait(&op.back, -1);
   }
   /* The kernel wrote the buffer behind Valgrind's back. */
   if (!q->write && op.res > 0) MAKE_DEFINED(q->buf, (size_t)op.res);
@@ -219,10 +218,7 @@ int weft__uring_reap(weft__poller *p) {
     op->res = res;
     op->done = true;
     r->in_flight--;
-    if (op->reaping)
-      weft__fiber_ready(op->fiber);
-    else
-      woken += weft__waiter_wake(&op->w);
+    woken += weft__waiter_wake(op->reaping ? &op->back : &op->w);
   }
   return woken;
 }

@@ -26,21 +26,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../fiber/fiber.h"
-#include "../sys.h"
+#include "../base/sys.h"
 #include "uring.h"
 
 /* epoll_data.u64: the kind of source in the high half, a descriptor in the low half. */
 enum { TAG_WAKE = 1, TAG_FD = 2, TAG_URING = 3 };
 #define TAG(kind, fd) (((uint64_t)(kind) << 32) | (uint32_t)(fd))
 
-int weft__poller_init(weft__poller *p) {
+int weft__poller_init(weft__poller *p, bool uring) {
   p->epfd = p->wakefd = -1;
   atomic_init(&p->sleeping, 0);
   p->fds = NULL;
   p->nfds = 0;
   p->waiting = 0;
   p->uring = NULL;
+  p->uring_allowed = uring;
   int ep = weft__epoll_create();
   if (ep < 0) return ep;
   int ev = weft__eventfd();

@@ -6,7 +6,7 @@
 #ifndef WEFT_SYNC_FUTEX_H
 #define WEFT_SYNC_FUTEX_H
 
-#include "../internal.h"
+#include "internal.h"
 
 /*
  * Sleep while *addr == expected, until woken or the absolute CLOCK_MONOTONIC

@@ -125,39 +125,4 @@ static inline int weft__eventfd(void) {
   return fd >= 0 ? fd : -errno;
 }
 
-/*
- * Start a thread for weft's own use: all signals blocked (weft's threads never
- * run the program's signal handlers, except the synchronous faults that the
- * kernel delivers to the faulting thread), a stack of `stack_size` bytes
- * (0: the default) and a name for debuggers (at most 15 characters).
- * Returns 0 or a negative errno.
- */
-int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg);
-
-/*
- * Threads started by weft__thread_start whose function has not returned yet
- * (tests check that weft_shutdown leaves none, but the one that is kept on
- * purpose: the host of weft's OpenMP team under libomp, see cpu_omp.c).
- */
-int weft__threads_alive(void);
-/* In a forked child: none of them came along. */
-void weft__threads_atfork_child(void);
-/* 1 when that kept host thread exists, else 0. */
-int weft__cpu_kept_threads(void);
-
-/*
- * What a part of weft does when the process ends without weft_shutdown
- * (return from main or exit() with work in flight). weft's destructor runs
- * after the program's atexit handlers (so a handler may still use weft, or
- * call weft_shutdown) and before the OpenMP runtime's own teardown, which
- * fails when one of weft's threads is inside a region or calls into it then
- * (cpu_omp.c). It calls every begin, which stops new work and returns at
- * once, then every wait, which waits until `deadline` (CLOCK_MONOTONIC
- * nanoseconds) at most for that part's threads to be still. Nothing is
- * freed: the process is ending. Register each part once, from its start
- * (at most WEFT__EXIT_HOOKS); never called in a forked child that _exits.
- */
-#define WEFT__EXIT_HOOKS 4
-void weft__on_exit(void (*begin)(void), void (*wait)(int64_t deadline));
-
 #endif /* WEFT_SYS_H */

@@ -8,7 +8,7 @@
 #ifndef WEFT_SYNC_LOCK_H
 #define WEFT_SYNC_LOCK_H
 
-#include "../internal.h"
+#include "internal.h"
 
 #include <sched.h>
 

@@ -15,7 +15,7 @@
 #ifndef WEFT_IO_POLLER_H
 #define WEFT_IO_POLLER_H
 
-#include "../internal.h"
+#include "../base/internal.h"
 #include "../sync/wait.h"
 
 /* The waiters of one descriptor on one carrier. */
@@ -34,10 +34,12 @@ typedef struct weft__poller {
   size_t nfds;         /* entries in fds */
   size_t waiting;      /* descriptor waits armed now: owner only */
   void *uring;         /* the carrier's io_uring (uring.c), or NULL */
+  bool uring_allowed;  /* WEFT_IO_URING: the ring may be set up on first use */
 } weft__poller;
 
-/* Open the poller. 0 or -errno (nothing is left open on failure). */
-int weft__poller_init(weft__poller *p);
+/* Open the poller; `uring`: may it set up an io_uring for regular files. 0 or -errno (nothing is left open on
+ * failure). */
+int weft__poller_init(weft__poller *p, bool uring);
 void weft__poller_fini(weft__poller *p);
 
 /*

@@ -1,114 +1,58 @@
 /*
- * This file contains small services that the rest of weft shares: the fatal
- * error path, warnings, the CPU count, environment parsing, and starting
- * weft's own threads.
+ * This file contains weft's threads and the process's life (process.h):
+ * starting a thread of weft's own, the fork hooks and the exit hooks.
  */
-#include "internal.h"
+#include "process.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <time.h>
+
 #include "sys.h"
 
-#include <ctype.h>
-#include <dlfcn.h>
-#include <sched.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
+/* --- fork ------------------------------------------------------------------------ */
 
-static void vwrite_line(const char *fmt, va_list ap) {
-  char buf[512];
-  int n = snprintf(buf, sizeof buf, "weft: ");
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof buf - 2) len = sizeof buf - 2;
-  buf[len++] = '\n';
-  /* One write, so that lines from several threads do not interleave. */
-  ssize_t w = write(STDERR_FILENO, buf, len);
-  WEFT__UNUSED(w);
+static struct {
+  pthread_mutex_t mu; /* registration; never held across a fork (prepare takes it, child re-inits) */
+  atomic_uint n;      /* hooks published (release after the slot is written) */
+  void (*prepare[WEFT__FORK_HOOKS])(void);
+  void (*parent[WEFT__FORK_HOOKS])(void);
+  void (*child[WEFT__FORK_HOOKS])(void);
+} fork_hooks = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&fork_hooks.mu);
+  for (unsigned i = atomic_load_explicit(&fork_hooks.n, memory_order_acquire); i-- > 0;)
+    if (fork_hooks.prepare[i]) fork_hooks.prepare[i]();
 }
 
-void weft__die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vwrite_line(fmt, ap);
-  va_end(ap);
-  abort();
+static void fork_parent(void) {
+  unsigned n = atomic_load_explicit(&fork_hooks.n, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (fork_hooks.parent[i]) fork_hooks.parent[i]();
+  pthread_mutex_unlock(&fork_hooks.mu);
 }
 
-void weft__warn(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vwrite_line(fmt, ap);
-  va_end(ap);
+static void fork_child(void) {
+  pthread_mutex_init(&fork_hooks.mu, NULL);
+  unsigned n = atomic_load_explicit(&fork_hooks.n, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++)
+    if (fork_hooks.child[i]) fork_hooks.child[i]();
 }
 
-void weft__describe_site(const void *pc, char *buf, size_t cap) {
-  Dl_info info;
-  if (pc && dladdr(pc, &info) && info.dli_fname) {
-    const char *lib = strrchr(info.dli_fname, '/');
-    lib = lib ? lib + 1 : info.dli_fname;
-    if (info.dli_sname)
-      snprintf(buf, cap, "%s+0x%zx (%s)", info.dli_sname,
-               (size_t)((const char *)pc - (const char *)info.dli_saddr), lib);
-    else
-      snprintf(buf, cap, "%p (%s)", pc, lib);
-  } else {
-    snprintf(buf, cap, "%p", pc);
-  }
-}
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
-unsigned weft__cpu_count(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return (unsigned)n;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (unsigned)n : 1u;
-}
-
-bool weft__env_size(const char *name, size_t *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || s[0] == '-') return false;
-  unsigned shift = 0;
-  switch (tolower((unsigned char)*end)) {
-  case 'k':
-    shift = 10;
-    end++;
-    break;
-  case 'm':
-    shift = 20;
-    end++;
-    break;
-  case 'g':
-    shift = 30;
-    end++;
-    break;
-  default:
-    break;
-  }
-  if (*end == 'b' || *end == 'B') end++;
-  if (*end != '\0') return false;
-  if (shift && v > (SIZE_MAX >> shift)) return false;
-  *out = (size_t)(v << shift);
-  return true;
-}
-
-int weft__env_bool(const char *name) {
-  const char *s = getenv(name);
-  if (!s || !*s) return -1;
-  static const char *const yes[] = {"1", "on", "true", "yes"};
-  static const char *const no[] = {"0", "off", "false", "no"};
-  for (size_t i = 0; i < 4; i++) {
-    if (strcasecmp(s, yes[i]) == 0) return 1;
-    if (strcasecmp(s, no[i]) == 0) return 0;
-  }
-  return -1;
+void weft__on_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void)) {
+  pthread_once(&fork_once, fork_register);
+  pthread_mutex_lock(&fork_hooks.mu);
+  unsigned n = atomic_load_explicit(&fork_hooks.n, memory_order_relaxed);
+  if (n == WEFT__FORK_HOOKS) weft__die("internal: more than %d fork hooks", WEFT__FORK_HOOKS);
+  fork_hooks.prepare[n] = prepare;
+  fork_hooks.parent[n] = parent;
+  fork_hooks.child[n] = child;
+  atomic_store_explicit(&fork_hooks.n, n + 1, memory_order_release);
+  pthread_mutex_unlock(&fork_hooks.mu);
 }
 
 /* --- the end of the process --------------------------------------------------- */
@@ -154,10 +98,13 @@ static atomic_int live_threads;
 
 int weft__threads_alive(void) { return atomic_load(&live_threads); }
 
-void weft__threads_atfork_child(void) {
+static void threads_atfork_child(void) {
   atomic_store(&live_threads, 0);
   pthread_mutex_init(&exit_hooks.mu, NULL);
 }
+
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static void threads_register(void) { weft__on_fork(NULL, NULL, threads_atfork_child); }
 
 typedef struct thread_start {
   void *(*fn)(void *);
@@ -173,6 +120,7 @@ static void *thread_trampoline(void *p) {
 }
 
 int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg) {
+  pthread_once(&threads_once, threads_register);
   thread_start *ts = weft__malloc(sizeof *ts);
   if (!ts) return -ENOMEM;
   ts->fn = fn;
