@@ -107,6 +107,7 @@ check-format: ci-deps
 	clang-format --dry-run --Werror $(FORMAT_FILES)
 	python3 scripts/apidoc.py --check include/weft.h docs/api.md
 	python3 scripts/apidoc.py --check include/weft_mpi.h docs/api-mpi.md
+	python3 scripts/check-layers
 
 format:
 	clang-format -i $(FORMAT_FILES)

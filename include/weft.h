@@ -35,8 +35,10 @@
  * variables are the carrier thread's, shared by the fibers that run on it:
  * use weft_local_get/set for per-fiber values.
  *
- * Build and link: `pkg-config --cflags --libs weft`, or CMake's
- * `find_package(weft)` and the target `weft::weft`.
+ * Platforms: Linux (epoll, futexes and /proc are used throughout), on
+ * x86-64 and aarch64 with weft's own context switch, elsewhere with
+ * ucontext; C11 and POSIX threads. Build and link: `pkg-config --cflags
+ * --libs weft`, or CMake's `find_package(weft)` and the target `weft::weft`.
  */
 #ifndef WEFT_H
 #define WEFT_H

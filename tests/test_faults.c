@@ -1,6 +1,6 @@
 /*
  * Suite "faults": weft when the system says no. For each fault site of
- * src/sys.h (malloc, mmap, mprotect, madvise, pthread_create, epoll,
+ * src/base/sys.h (malloc, mmap, mprotect, madvise, pthread_create, epoll,
  * eventfd, io_uring setup, sigaltstack) and each public entry point that can
  * reach it, the calls at that site fail one at a time:
  * weft__fault_arm(1u << site, k, false) for k = 0, 1, 2, ... until the

@@ -22,7 +22,7 @@
 #include "harness.h"
 
 #define MS 1000000LL
-/* The read hint's probe period (src/io/poller.h, WEFT__DRY_PROBE). */
+/* The read hint's probe period (src/poll/poller.h, WEFT__DRY_PROBE). */
 #define WEFT_TEST_DRY_PROBE 8
 
 static int64_t in_ms(int ms) { return weft_now_ns() + ms * MS; }
@@ -85,7 +85,7 @@ static void *socketpair_basics(void *arg) {
 static void test_socketpair(void) { both_ways(socketpair_basics, NULL); }
 
 /*
- * The read hint (src/io/poller.h): after reads of a socket found nothing, a
+ * The read hint (src/poll/poller.h): after reads of a socket found nothing, a
  * fiber waits for readiness before it reads. Data that is already there must
  * still be read at once, across the hint's periodic probe, and a descriptor
  * number that is closed and reused (as a socket, a pipe, a regular file)

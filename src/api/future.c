@@ -159,7 +159,7 @@ static void finish(weft_future *f, uint32_t state) {
   f->run_tc = NULL;
   atomic_store_explicit(&f->state, state, memory_order_release); /* pairs with getters' acquire */
   weft__waiter *w;
-  while ((w = weft__waitlist_pop(&f->waiters)) != NULL) weft__waiter_wake(w);
+  while ((w = weft__waitlist_take(&f->waiters)) != NULL) weft__waiter_wake(w);
   weft__lock_release(&f->lock);
 }
 
@@ -310,13 +310,13 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
     weft__lock_release(&f->lock);
     return result_of(f, s, result);
   }
-  weft__waitlist_push(&f->waiters, &w);
+  weft__waitlist_add(&f->waiters, &w);
   weft__lock_release(&f->lock);
 
   uint32_t ws = weft__waiter_wait(&w, deadline_ns);
   if (ws != WEFT__W_WOKEN) {
     weft__lock_acquire(&f->lock);
-    if (w.queued) weft__waitlist_remove(&f->waiters, &w);
+    if (w.queued) weft__waitlist_del(&f->waiters, &w);
     weft__lock_release(&f->lock);
   }
   /* A result that arrived as the deadline passed still counts. */

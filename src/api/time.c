@@ -8,14 +8,11 @@
 #include <sched.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../fiber/fiber.h"
 #include "../sync/wait.h"
 
-int64_t weft_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+int64_t weft_now_ns(void) { return weft__mono_ns(); }
 
 int weft_sleep_until(int64_t deadline_ns) {
   if (deadline_ns < 0) return -EINVAL;
@@ -24,7 +21,7 @@ int weft_sleep_until(int64_t deadline_ns) {
   weft__waiter_on(&w, WEFT__WAIT_SLEEP, NULL);
   /* Nobody wakes a sleeper: it ends by its deadline, or by cancellation. */
   uint32_t st = weft__waiter_wait(&w, deadline_ns);
-  return st == WEFT__W_CANCELED ? -ECANCELED : 0;
+  return st == WEFT__W_CANCELLED ? -ECANCELED : 0;
 }
 
 int weft_sleep_ns(int64_t ns) {

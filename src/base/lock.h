@@ -16,9 +16,6 @@ typedef struct weft__lock {
   atomic_uint held; /* 0 free, 1 held */
 } weft__lock;
 
-#define WEFT__LOCK_INIT                                                                                      \
-  { 0 }
-
 static inline void weft__lock_init(weft__lock *l) { atomic_init(&l->held, 0); }
 
 static inline bool weft__lock_try(weft__lock *l) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "clock.h"
 #include "sys.h"
 
 /* --- fork ------------------------------------------------------------------------ */
@@ -86,9 +87,7 @@ __attribute__((destructor)) static void weft_at_exit(void) {
   unsigned n = exit_hooks.n;
   pthread_mutex_unlock(&exit_hooks.mu);
   if (n == 0) return;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t deadline = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + EXIT_WAIT_NS;
+  int64_t deadline = weft__mono_ns() + EXIT_WAIT_NS;
   for (unsigned i = 0; i < n; i++) exit_hooks.begin[i]();
   for (unsigned i = 0; i < n; i++) exit_hooks.wait[i](deadline);
 }

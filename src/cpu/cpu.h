@@ -11,14 +11,15 @@
  *                forked from a process whose libgomp threads did not survive
  *                the fork.
  *
- * It also holds the range: the shared state of one parallel map, which hands
- * out indices in chunks and keeps the error of the lowest failing index.
+ * The range that a map hands to it is range.h's.
  */
 #ifndef WEFT_CPU_CPU_H
 #define WEFT_CPU_CPU_H
 
+#include "../base/queue.h"
 #include "../base/internal.h"
 #include "../base/lock.h"
+#include "range.h"
 
 /* A unit of asynchronous work for weft__cpu_submit. */
 typedef struct weft__job {
@@ -28,128 +29,9 @@ typedef struct weft__job {
   bool queued; /* in the pool's queue (cpu_pool.c): guarded by its lock */
 } weft__job;
 
-/*
- * Most slices a range is split into (see weft__range_split): one per worker
- * up to this many, then workers share them.
- */
-#define WEFT__RANGE_SLICES 32
-
-/* A contiguous part of a range with its own claim counter, on its own line. */
-typedef struct weft__slice {
-  WEFT__ALIGNED_CL atomic_size_t next; /* next unclaimed index of [start, end) */
-  size_t end;
-} weft__slice;
-
-/* The state of one parallel map, shared by everything that runs its indices. */
-typedef struct weft__range {
-  weft_index_fn fn;
-  void *ctx;
-  size_t n;                             /* indices are [0, n) */
-  size_t grain;                         /* indices per claim; 0: guided (shrinking chunks) */
-  size_t max_workers;                   /* most contexts running indices at once; 0: no bound */
-  size_t workers;                       /* contexts expected to claim, for guided chunk sizes */
-  WEFT__ALIGNED_CL atomic_size_t next;  /* next unclaimed index: contended, on its own line */
-  WEFT__ALIGNED_CL weft__lock err_lock; /* guards err_index and err */
-  size_t err_index;                     /* lowest index whose call failed, or SIZE_MAX */
-  int err;                              /* what that call returned */
-  struct weft__scope *scope;            /* the caller's innermost scoped binding: every element sees it */
-  size_t nslices;                       /* 0: one shared counter (next); else slice[0..nslices) */
-  bool time_first;                      /* home 0 times its first chunk (the model's sample) */
-  bool static_ok;                       /* a region may split it statically (weft__range_run_static) */
-  size_t first_count;                   /* indices of that chunk; 0: none; written by home 0 only */
-  int64_t first_ns;                     /* how long it took */
-  weft__slice slice[WEFT__RANGE_SLICES];
-} weft__range;
-
-void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain,
-                      size_t max_workers);
-
-/*
- * Claim the next chunk: returns how many indices were claimed (0 when none
- * are left) and the first in *lo.
- */
-static inline size_t weft__range_claim(weft__range *r, size_t *lo) {
-  /*
-   * A CAS loop rather than fetch_add: the counter never passes n, so it
-   * cannot wrap around SIZE_MAX whatever n and the grain are. Relaxed: the
-   * index is the only data; the elements' own writes are ordered by whatever
-   * the caller waits on at the end.
-   */
-  size_t cur = weft__load_relaxed(&r->next);
-  for (;;) {
-    if (cur >= r->n) return 0;
-    size_t left = r->n - cur;
-    /* Fixed grain, or guided: a share of what is left, so that the tail is fine-grained. */
-    size_t c = r->grain ? r->grain : left / (2 * r->workers);
-    if (c == 0) c = 1;
-    if (c > left) c = left;
-    if (atomic_compare_exchange_weak_explicit(&r->next, &cur, cur + c, memory_order_relaxed,
-                                              memory_order_relaxed)) {
-      *lo = cur;
-      return c;
-    }
-  }
-}
-
-/* Record that fn(ctx, i) returned rc != 0: keeps the lowest index's error. */
-void weft__range_fail(weft__range *r, size_t i, int rc);
-
-/*
- * Split an automatic-grain range into one slice per worker (up to
- * WEFT__RANGE_SLICES), before any worker claims. A worker claims from its
- * own slice first, halving what is left there, on a cache line that no other
- * worker touches until it has finished its own and steals: with uniform
- * elements the workers meet only at the end, where a single shared counter
- * makes every claim a cache-line transfer between cores (about 100-500 ns
- * each on the 2-core VM, a few microseconds for a map of 100 cheap
- * elements). A worker that never shows up loses nothing: the others steal
- * its slice. A fixed grain keeps the shared counter.
- */
-void weft__range_split(weft__range *r, size_t workers);
-/* (The slices cover [next, n): indices that the caller ran before the split are left out.) */
-
-/* Claim and run chunks until none are left. */
-void weft__range_drain(weft__range *r);
-
-/* The same, starting from worker `home`'s slice (any value: taken modulo the slices). */
-void weft__range_drain_from(weft__range *r, size_t home);
-
-/* The map's result: 0, or the error of the lowest failing index. */
-int weft__range_result(weft__range *r);
-
-/*
- * A static split of a range, for a parallel region of the runtime's own
- * team, where every thread of the team is certain to come: part `home` of
- * [base, n) is run by its thread with no claim and no steal, as OpenMP's
- * schedule(static) does. With an automatic grain the parts are k equal
- * slices; with a grain, part j is the j-th chunk of that grain (used only
- * when there are at most k chunks). Used for short maps (the caller says so
- * in static_ok), where a claim or a steal costs a cache-line transfer
- * between cores (100-500 ns on the 2-core VM) and there is little to
- * balance. The part is passed by value (firstprivate) so that a worker
- * reads one cache line, the region's own, before its first element.
- */
-typedef struct weft__static_part {
-  weft_index_fn fn;
-  void *ctx;
-  size_t base; /* first index of the split (the probe ran the ones below) */
-  size_t n;
-  size_t grain; /* 0: k equal slices */
-  size_t k;
-  struct weft__scope *scope;
-  weft__range *r; /* where errors go, and home 0's timing */
-} weft__static_part;
-
-void weft__range_static_part(weft__range *r, size_t k, weft__static_part *out);
-void weft__range_run_static(const weft__static_part *p, size_t home);
-
-/*
- * True when the calling thread is running an element of a split map whose
- * own slice still has unclaimed indices: every other worker of that map is
- * then busy with it too, and a map started by the element would find no
- * idle worker (the model's nested case).
- */
-bool weft__range_caller_busy(void);
+/* Queues of jobs: the host team's FIFO (cpu_omp.c), the pool's list, which a map takes helpers back from. */
+WEFT__QUEUE(weft__jobq, weft__job, next);
+WEFT__LIST(weft__joblist, weft__job, next, prev);
 
 /*
  * Run every index of r, on as many workers as the backend gives (bounded by

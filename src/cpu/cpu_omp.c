@@ -56,6 +56,7 @@
 #include <time.h>
 
 #include "../base/settings.h"
+#include "../base/clock.h"
 #include "../base/process.h"
 #include "../base/annotate.h"
 #include "../base/sys.h"
@@ -81,10 +82,9 @@ static char task_memory_reuse;
 extern void __kmpc_fork_call(void *loc, int argc, void *microtask, ...) __attribute__((weak));
 
 static struct {
-  pthread_mutex_t mu; /* guards the fields below, but `active` */
-  pthread_cond_t cv;  /* the host thread and the dispatcher wait here */
-  weft__job *head;    /* queued jobs, FIFO */
-  weft__job *tail;
+  pthread_mutex_t mu;     /* guards the fields below, but `active` */
+  pthread_cond_t cv;      /* the host thread and the dispatcher wait here */
+  weft__jobq queue;       /* queued jobs */
   bool thread_started;    /* the host thread exists (until shutdown joins it) */
   bool stopping;          /* weft__cpu_shutdown is waiting for the queue to drain */
   bool flush;             /* libomp: shutdown wants the team closed now, the thread kept */
@@ -226,23 +226,14 @@ void weft__cpu_fork(weft__range *r, size_t k) {
 /* --- the host team -------------------------------------------------------- */
 
 static void host_cv_init(void) {
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&host.cv, &a);
-  pthread_cond_init(&host.idle_cv, &a);
-  pthread_condattr_destroy(&a);
+  weft__cond_init(&host.cv);
+  weft__cond_init(&host.idle_cv);
   host.cv_ready = true;
 }
 
 static weft__job *host_pop(void) {
   if (host.exiting) return NULL; /* queued jobs are dropped: no one is left to wait for them */
-  weft__job *j = host.head;
-  if (j) {
-    host.head = j->next;
-    if (!host.head) host.tail = NULL;
-  }
-  return j;
+  return weft__jobq_pop(&host.queue);
 }
 
 static void host_task(weft__job *j) {
@@ -252,20 +243,9 @@ static void host_task(weft__job *j) {
 }
 
 static void cv_wait_ns(int64_t ns) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + ns;
-  ts.tv_sec = (time_t)(t / 1000000000);
-  ts.tv_nsec = (long)(t % 1000000000);
   host.waiting = true;
-  pthread_cond_timedwait(&host.cv, &host.mu, &ts);
+  weft__cond_wait_until(&host.cv, &host.mu, weft__mono_ns() + ns);
   host.waiting = false;
-}
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* The master thread of the host team: turn queued jobs into tasks. */
@@ -289,7 +269,7 @@ static void dispatch(bool alone) {
     /* Acquire pairs with host_task's release: the jobs' effects are visible. */
     if (atomic_load_explicit(&host.active, memory_order_acquire) == 0) {
       if (host.stopping || host.flush || host.exiting) break;
-      int64_t now = mono_ns();
+      int64_t now = weft__mono_ns();
       if (!idle_since) idle_since = now;
       if (now - idle_since >= LINGER_NS) break;
     } else {
@@ -307,7 +287,7 @@ static void *host_main(void *arg) {
   int workers = omp_get_max_threads();
   pthread_mutex_lock(&host.mu);
   for (;;) {
-    while ((!host.head || host.exiting) && !host.stopping) {
+    while ((!host.queue.head || host.exiting) && !host.stopping) {
       host.idle = true;
       pthread_cond_broadcast(&host.idle_cv);
       host.waiting = true;
@@ -315,7 +295,7 @@ static void *host_main(void *arg) {
       host.waiting = false;
       host.idle = false;
     }
-    if ((!host.head || host.exiting) && host.stopping) break;
+    if ((!host.queue.head || host.exiting) && host.stopping) break;
     pthread_mutex_unlock(&host.mu);
 #pragma omp parallel num_threads(workers + 1)
     {
@@ -355,10 +335,9 @@ static void exit_begin(void) {
 
 static void exit_wait(int64_t deadline) {
   if (tls_in_host) return;
-  struct timespec ts = {(time_t)(deadline / 1000000000), (long)(deadline % 1000000000)};
   pthread_mutex_lock(&host.mu);
   while (host.thread_started && !host.idle)
-    if (pthread_cond_timedwait(&host.idle_cv, &host.mu, &ts) == ETIMEDOUT) break;
+    if (weft__cond_wait_until(&host.idle_cv, &host.mu, deadline) == ETIMEDOUT) break;
   pthread_mutex_unlock(&host.mu);
 }
 
@@ -414,12 +393,7 @@ static int host_submit(weft__job *j) {
     host.thread_started = true;
     pthread_once(&exit_once, exit_register);
   }
-  j->next = NULL;
-  if (host.tail)
-    host.tail->next = j;
-  else
-    host.head = j;
-  host.tail = j;
+  weft__jobq_push(&host.queue, j);
   if (host.waiting) pthread_cond_signal(&host.cv);
   pthread_mutex_unlock(&host.mu);
   return 0;
@@ -452,7 +426,7 @@ void weft__cpu_shutdown(void) {
      */
     host.flush = true;
     pthread_cond_broadcast(&host.cv);
-    while (!(host.idle && (!host.head || host.exiting))) pthread_cond_wait(&host.idle_cv, &host.mu);
+    while (!(host.idle && (!host.queue.head || host.exiting))) pthread_cond_wait(&host.idle_cv, &host.mu);
     host.flush = false;
     pthread_mutex_unlock(&host.mu);
     weft__pool_shutdown();
@@ -473,7 +447,8 @@ static void atfork_child(void) {
   /* The host thread and its team are gone; the queue's jobs with them. */
   pthread_mutex_init(&host.mu, NULL);
   host_cv_init();
-  host.head = host.tail = NULL;
+  host.queue.head = host.queue.tail = NULL;
+  host.queue.len = 0;
   host.thread_started = false;
   host.stopping = false;
   host.flush = false;

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 
 #include "../base/settings.h"
+#include "../base/clock.h"
 #include "../base/process.h"
 #include "../base/sys.h"
 
@@ -37,13 +38,12 @@ static struct {
   pthread_mutex_t mu;     /* guards everything below */
   pthread_cond_t work_cv; /* idle workers wait here */
   pthread_cond_t done_cv; /* maps wait here for their helpers */
-  weft__job *head;        /* queued jobs, FIFO, doubly linked so a map can take its helpers back */
-  weft__job *tail;
-  unsigned started;     /* worker threads running */
-  unsigned idle;        /* workers waiting on work_cv */
-  atomic_uint queued;   /* jobs in the queue: written under mu, read by spinning workers without it */
-  atomic_uint spinning; /* workers watching `queued` before they sleep (they need no signal) */
-  bool stopping;        /* shutdown: workers leave once the queue is empty */
+  weft__joblist queue;    /* queued jobs, FIFO; a map takes its helpers back from the middle */
+  unsigned started;       /* worker threads running */
+  unsigned idle;          /* workers waiting on work_cv */
+  atomic_uint queued;     /* jobs in the queue: written under mu, read by spinning workers without it */
+  atomic_uint spinning;   /* workers watching `queued` before they sleep (they need no signal) */
+  bool stopping;          /* shutdown: workers leave once the queue is empty */
   pthread_t threads[POOL_MAX_THREADS];
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER,
           .work_cv = PTHREAD_COND_INITIALIZER,
@@ -73,27 +73,13 @@ unsigned weft__pool_threads(void) {
 }
 
 static void enqueue_locked(weft__job *j) {
-  j->next = NULL;
-  j->prev = pool.tail;
-  if (pool.tail)
-    pool.tail->next = j;
-  else
-    pool.head = j;
-  pool.tail = j;
+  weft__joblist_push(&pool.queue, j);
   j->queued = true;
   atomic_fetch_add_explicit(&pool.queued, 1, memory_order_release);
 }
 
 static void unlink_locked(weft__job *j) {
-  if (j->prev)
-    j->prev->next = j->next;
-  else
-    pool.head = j->next;
-  if (j->next)
-    j->next->prev = j->prev;
-  else
-    pool.tail = j->prev;
-  j->next = j->prev = NULL;
+  weft__joblist_remove(&pool.queue, j);
   j->queued = false;
   atomic_fetch_sub_explicit(&pool.queued, 1, memory_order_relaxed);
 }
@@ -104,10 +90,10 @@ static void unlink_locked(weft__job *j) {
  * raised it (enqueue_locked, helper_run).
  */
 static bool spin_until(atomic_uint *word, unsigned at_least, int64_t ns) {
-  int64_t end = weft_now_ns() + ns;
+  int64_t end = weft__mono_ns() + ns;
   for (unsigned k = 1;; k++) {
     if (atomic_load_explicit(word, memory_order_acquire) >= at_least) return true;
-    if (k % 64 == 0 && weft_now_ns() >= end) return false;
+    if (k % 64 == 0 && weft__mono_ns() >= end) return false;
     weft__cpu_relax();
   }
 }
@@ -118,7 +104,7 @@ static void *worker_main(void *arg) {
   bool may_spin = false; /* once after each job */
   pthread_mutex_lock(&pool.mu);
   for (;;) {
-    while (!pool.head && !pool.stopping) {
+    while (!pool.queue.head && !pool.stopping) {
       if (may_spin) {
         /* Maps called in a loop find the worker awake (see the top); never longer than POOL_SPIN_NS. */
         may_spin = false;
@@ -133,8 +119,8 @@ static void *worker_main(void *arg) {
       pthread_cond_wait(&pool.work_cv, &pool.mu);
       pool.idle--;
     }
-    if (!pool.head) break; /* stopping, and nothing left */
-    weft__job *j = pool.head;
+    if (!pool.queue.head) break; /* stopping, and nothing left */
+    weft__job *j = pool.queue.head;
     unlink_locked(j);
     pthread_mutex_unlock(&pool.mu);
     j->run(j);
@@ -274,7 +260,7 @@ static void atfork_child(void) {
   pthread_mutex_init(&pool.mu, NULL);
   pthread_cond_init(&pool.work_cv, NULL);
   pthread_cond_init(&pool.done_cv, NULL);
-  pool.head = pool.tail = NULL;
+  pool.queue.head = pool.queue.tail = NULL;
   pool.started = 0;
   pool.idle = 0;
   atomic_store(&pool.queued, 0);

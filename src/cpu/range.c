@@ -2,8 +2,11 @@
  * This file contains the range: the shared state of one parallel map (see
  * cpu.h), used by both backends and by the fiber path.
  */
+#include "range.h"
+
 #include "cpu.h"
 
+#include "../base/clock.h"
 #include "../sync/wait.h"
 
 void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain,
@@ -85,9 +88,9 @@ bool weft__range_caller_busy(void) {
 
 /* Run one chunk timed, for the model: home 0's first chunk, when the caller asked. */
 static void run_chunk_timed(weft__range *r, size_t lo, size_t c) {
-  int64_t t0 = weft_now_ns();
+  int64_t t0 = weft__mono_ns();
   run_chunk(r, lo, c);
-  r->first_ns = weft_now_ns() - t0;
+  r->first_ns = weft__mono_ns() - t0;
   r->first_count = c;
 }
 
@@ -158,7 +161,7 @@ void weft__range_run_static(const weft__static_part *p, size_t home) {
   tls_drain = &mine;
   weft__range *r = p->r;
   bool timed = home == 0 && r->time_first;
-  int64_t t0 = timed ? weft_now_ns() : 0;
+  int64_t t0 = timed ? weft__mono_ns() : 0;
   for (size_t i = lo; i < hi; i++) {
     weft__store_relaxed(&mine.next, i + 1);
     int rc = p->fn(p->ctx, i);
@@ -166,7 +169,7 @@ void weft__range_run_static(const weft__static_part *p, size_t home) {
   }
   if (timed) {
     /* Home 0 is the caller: r is its own, and no other thread reads these. */
-    r->first_ns = weft_now_ns() - t0;
+    r->first_ns = weft__mono_ns() - t0;
     r->first_count = hi - lo;
   }
   tls_drain = saved_drain;

@@ -22,6 +22,7 @@
  * queue, spawn queues, open sources). What is read is a snapshot: a fiber
  * that is readied while the dump looks may show as parked.
  */
+#include "../base/clock.h"
 #include "../base/internal.h"
 
 #include <stdarg.h>
@@ -36,7 +37,6 @@
 #include "fiber.h"
 #include "frame.h"
 #include "sched.h"
-
 
 /* Stacks unwound per carrier in one dump (see above): bounds how long a carrier stops. */
 #define STACKS_PER_CARRIER 64
@@ -281,7 +281,7 @@ static const char *carrier_doing(weft__carrier *c) {
 
 int weft__fibers_dump(int fd, bool stacks) {
   out o = {NULL, 0, 0, false};
-  int64_t now = weft_now_ns();
+  int64_t now = weft__mono_ns();
   if (!weft__fibers_running()) {
     put(&o, "weft: fiber dump: the fiber runtime is not running\nweft: end of fiber dump\n");
     flush(fd, &o);
@@ -326,14 +326,15 @@ int weft__fibers_dump(int fd, bool stacks) {
   for (unsigned i = 0; i < n; i++) {
     weft__carrier *c = weft__carrier_at(i);
     weft__dump_req *r = reqs[i];
-    int64_t give_up = weft_now_ns() + ANSWER_NS;
+    int64_t give_up = weft__mono_ns() + ANSWER_NS;
     while (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_PENDING ||
            atomic_load_explicit(&r->state, memory_order_acquire) == REQ_SERVING) {
-      if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_PENDING && weft_now_ns() >= give_up) {
+      if (atomic_load_explicit(&r->state, memory_order_acquire) == REQ_PENDING &&
+          weft__mono_ns() >= give_up) {
         int expect = REQ_PENDING;
         if (atomic_compare_exchange_strong(&r->state, &expect, REQ_ABANDONED)) break;
       }
-      weft__futex_wait(&r->done, 0, weft_now_ns() + 5000000);
+      weft__futex_wait(&r->done, 0, weft__mono_ns() + 5000000);
     }
     put(&o, "carrier %u%s: %s\n", c->id, c->extra ? " (extra)" : "", carrier_doing(c));
     if (atomic_load(&r->state) == REQ_ANSWERED) {

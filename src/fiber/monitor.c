@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "../base/clock.h"
 #include "../base/process.h"
 #include "../base/sys.h"
 #include "fiber.h"
@@ -61,14 +62,7 @@ static struct {
 
 WEFT__ALIGNED_CL atomic_bool weft__monitor_parked;
 
-static void timed_wait(int64_t ns) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + ns;
-  ts.tv_sec = (time_t)(t / 1000000000);
-  ts.tv_nsec = (long)(t % 1000000000);
-  pthread_cond_timedwait(&mon.cv, &mon.mu, &ts);
-}
+static void timed_wait(int64_t ns) { weft__cond_wait_until(&mon.cv, &mon.mu, weft__mono_ns() + ns); }
 
 /*
  * The deadlock report (docs/debugging.md). Progress is the sum of the
@@ -162,7 +156,7 @@ static void deadlock_check(int64_t now) {
 
 /* One look at every carrier: flag pinned ones, compensate; returns whether any ran a fiber. */
 static bool look(int64_t threshold_ns) {
-  int64_t now = weft_now_ns();
+  int64_t now = weft__mono_ns();
   atomic_store_explicit(&weft__coarse_now, now, memory_order_relaxed); /* for the waits dumps show */
   (void)weft__fibers_now();                                            /* samples the peak (weft_get_stats) */
   unsigned n = weft__carriers_n();
@@ -232,11 +226,7 @@ static void fork_register(void) { weft__on_fork(NULL, NULL, atfork_child); }
 
 int weft__monitor_start(unsigned pin_threshold_ms, unsigned deadlock_ms) {
   pthread_once(&fork_once, fork_register);
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&mon.cv, &a);
-  pthread_condattr_destroy(&a);
+  weft__cond_init(&mon.cv);
   mon.threshold_ns = (int64_t)pin_threshold_ms * 1000000;
   mon.deadlock_ns = (int64_t)deadlock_ms * 1000000;
   mon.stop = false;
@@ -259,7 +249,7 @@ void weft__monitor_stop(void) {
 
 void weft__monitor_kick(void) {
   /* The monitor slept: its clock for dumps is stale by as much. */
-  atomic_store_explicit(&weft__coarse_now, weft_now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&weft__coarse_now, weft__mono_ns(), memory_order_relaxed);
   pthread_mutex_lock(&mon.mu);
   if (atomic_load(&weft__monitor_parked)) pthread_cond_signal(&mon.cv);
   pthread_mutex_unlock(&mon.mu);

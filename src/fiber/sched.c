@@ -20,7 +20,7 @@
  *   timers  a FIFO of deadlines armed in order (O(1) both ways: a burst of
  *           equal sleeps never touches the heap), a binary min-heap for the
  *           rest; only the carrier touches them.
- *   poller  an epoll instance (io/poll_epoll.c) where the carrier sleeps when
+ *   poller  an epoll instance (poll/poll_epoll.c) where the carrier sleeps when
  *           it has nothing to run, until a descriptor is ready, a timer is
  *           due, or another thread writes its eventfd.
  *
@@ -143,6 +143,7 @@
  *  - Preemption by signals: a fiber interrupted at an arbitrary point could
  *    hold a libc lock; the pinning monitor compensates instead.
  */
+#include "../base/clock.h"
 #include "../base/internal.h"
 
 #include <pthread.h>
@@ -166,47 +167,13 @@
 
 /* --- queues ---------------------------------------------------------------------- */
 
-static inline void fq_push(weft__fq *q, weft__fiber *f) {
-  f->next = NULL;
-  if (q->tail)
-    q->tail->next = f;
-  else
-    q->head = f;
-  q->tail = f;
-  q->len++;
-}
-
-static inline weft__fiber *fq_pop(weft__fq *q) {
-  weft__fiber *f = q->head;
-  if (f) {
-    q->head = f->next;
-    if (!q->head) q->tail = NULL;
-    q->len--;
-    f->next = NULL;
-  }
-  return f;
-}
-
-/* Append all of src to dst; src becomes empty. */
-static inline void fq_splice(weft__fq *dst, weft__fq *src) {
-  if (!src->head) return;
-  if (dst->tail)
-    dst->tail->next = src->head;
-  else
-    dst->head = src->head;
-  dst->tail = src->tail;
-  dst->len += src->len;
-  src->head = src->tail = NULL;
-  src->len = 0;
-}
-
 /* Move the first k fibers of src to a new queue. */
 static inline weft__fq fq_take(weft__fq *src, size_t k) {
   weft__fq out = {NULL, NULL, 0};
   while (k-- > 0) {
-    weft__fiber *f = fq_pop(src);
+    weft__fiber *f = weft__fq_pop(src);
     if (!f) break;
-    fq_push(&out, f);
+    weft__fq_push(&out, f);
   }
   return out;
 }
@@ -385,14 +352,14 @@ static int spawn_chain(weft__fq *chain) {
   weft__carrier *c = tls_carrier;
   if (c) {
     weft__lock_acquire(&c->spawn_lock);
-    fq_splice(&c->spawn, chain);
+    weft__fq_splice(&c->spawn, chain);
     atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
     weft__lock_release(&c->spawn_lock);
     atomic_thread_fence(memory_order_seq_cst); /* pairs with the sleeping carrier's fence */
     wake_idle(c);
   } else {
     weft__lock_acquire(&rt.gq_lock);
-    fq_splice(&rt.gq, chain);
+    weft__fq_splice(&rt.gq, chain);
     atomic_store_explicit(&rt.gq_len, rt.gq.len, memory_order_relaxed);
     weft__lock_release(&rt.gq_lock);
     atomic_thread_fence(memory_order_seq_cst);
@@ -406,7 +373,7 @@ int weft__fiber_spawn(weft__fiber *f) { return weft__fiber_spawn_array(f, 1); }
 int weft__fiber_spawn_array(weft__fiber *fs, size_t n) {
   if (n == 0) return 0;
   weft__fq chain = {NULL, NULL, 0};
-  for (size_t i = 0; i < n; i++) fq_push(&chain, &fs[i]);
+  for (size_t i = 0; i < n; i++) weft__fq_push(&chain, &fs[i]);
   return spawn_chain(&chain);
 }
 
@@ -421,13 +388,7 @@ int weft__source_open(weft__source *s, unsigned want) {
     return -ESHUTDOWN;
   }
   weft__lock_acquire(&rt.src_lock);
-  s->next = NULL;
-  s->prev = rt.sources_tail;
-  if (rt.sources_tail)
-    rt.sources_tail->next = s;
-  else
-    rt.sources = s;
-  rt.sources_tail = s;
+  weft__srclist_push(&rt.sources, s);
   s->open = true;
   atomic_store_explicit(&rt.nsources, atomic_load_explicit(&rt.nsources, memory_order_relaxed) + 1,
                         memory_order_relaxed);
@@ -442,22 +403,12 @@ bool weft__sources_want(void) {
   if (atomic_load(&rt.nsources) == 0) return false;
   bool w = false;
   weft__lock_acquire(&rt.src_lock);
-  for (weft__source *s = rt.sources; s && !w; s = s->next) w = s->ops->wants(s);
+  for (weft__source *s = rt.sources.head; s && !w; s = s->next) w = s->ops->wants(s);
   weft__lock_release(&rt.src_lock);
   return w;
 }
 
-static void source_unlink_locked(weft__source *s) {
-  if (s->prev)
-    s->prev->next = s->next;
-  else
-    rt.sources = s->next;
-  if (s->next)
-    s->next->prev = s->prev;
-  else
-    rt.sources_tail = s->prev;
-  s->next = s->prev = NULL;
-}
+static void source_unlink_locked(weft__source *s) { weft__srclist_remove(&rt.sources, s); }
 
 void weft__source_close(weft__source *s) {
   weft__lock_acquire(&rt.src_lock);
@@ -481,13 +432,12 @@ static weft__fiber *clone_make(weft__carrier *c, weft__source *s);
 static weft__fiber *pull_source(weft__carrier *c, bool idle) {
   if (atomic_load_explicit(&rt.nsources, memory_order_relaxed) == 0) return NULL;
   weft__lock_acquire(&rt.src_lock);
-  weft__source *s = rt.sources;
+  weft__source *s = rt.sources.head;
   while (s && !s->ops->reserve(s, idle)) s = s->next;
-  if (s && s != rt.sources_tail) {
-    source_unlink_locked(s);
-    s->prev = rt.sources_tail;
-    rt.sources_tail->next = s;
-    rt.sources_tail = s;
+  if (s && s != rt.sources.tail) {
+    /* To the back: the carriers take from the sources in turn. */
+    weft__srclist_remove(&rt.sources, s);
+    weft__srclist_push(&rt.sources, s);
   }
   weft__lock_release(&rt.src_lock);
   if (!s) return NULL;
@@ -642,7 +592,7 @@ static void fire(weft__fiber *f) {
 /* Fire the due timers; returns the next deadline, or -1 when none is armed. */
 static int64_t run_timers(weft__carrier *c) {
   if (c->heap_len == 0 && !c->toverflow && !c->tfifo_head) return -1;
-  int64_t now = weft_now_ns();
+  int64_t now = weft__mono_ns();
   while (c->tfifo_head && c->tfifo_head->timer_deadline <= now) {
     weft__fiber *f = c->tfifo_head;
     fifo_remove(c, f);
@@ -695,7 +645,7 @@ static void report_pinned(weft__carrier *c, weft__fiber *f) {
   int64_t since = atomic_load_explicit(&c->pin_seen, memory_order_relaxed);
   weft__warn("fiber %llu held carrier %u for at least %lld ms without parking (blocking call or long "
              "computation; started at %s)",
-             (unsigned long long)f->id, c->id, (long long)((weft_now_ns() - since) / 1000000), where);
+             (unsigned long long)f->id, c->id, (long long)((weft__mono_ns() - since) / 1000000), where);
 }
 
 /* From the scheduler into fiber f, until it switches back. */
@@ -765,11 +715,11 @@ void weft__fiber_ready(weft__fiber *f) {
   weft__carrier *home = f->home;
   atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
   if (home == tls_carrier) {
-    fq_push(&home->ready, f); /* the owner itself: no lock */
+    weft__fq_push(&home->ready, f); /* the owner itself: no lock */
     return;
   }
   weft__lock_acquire(&home->inbox_lock);
-  fq_push(&home->inbox, f);
+  weft__fq_push(&home->inbox, f);
   atomic_store_explicit(&home->inbox_len, home->inbox.len, memory_order_relaxed);
   /*
    * Wake the carrier before letting go of the lock: once it is released the
@@ -870,7 +820,7 @@ void weft__source_finished(weft__fiber *f) { f->flags |= WEFT__FIBER_SOURCE_DONE
 
 /* Put f where it runs before anything queued: the runnext slot (an earlier occupant moves to ready). */
 static void set_runnext(weft__carrier *c, weft__fiber *f) {
-  if (c->runnext) fq_push(&c->ready, c->runnext);
+  if (c->runnext) weft__fq_push(&c->ready, c->runnext);
   c->runnext = f;
 }
 
@@ -893,7 +843,7 @@ static void after_switch(weft__carrier *c, weft__fiber *f) {
     /* Behind everything runnable, new work included (Go puts it on the global queue). */
     weft__count(&c->cnt.yields, 1);
     atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
-    fq_push(&c->yielded, f);
+    weft__fq_push(&c->yielded, f);
     /* A fiber of a source that gives up the carrier lets the source's next element start, as a park does. */
     if (f->source) source_next(c, f, f->source);
     break;
@@ -928,7 +878,7 @@ static void after_switch(weft__carrier *c, weft__fiber *f) {
 static void drain_inbox(weft__carrier *c) {
   if (atomic_load_explicit(&c->inbox_len, memory_order_relaxed) == 0) return;
   weft__lock_acquire(&c->inbox_lock);
-  fq_splice(&c->ready, &c->inbox);
+  weft__fq_splice(&c->ready, &c->inbox);
   atomic_store_explicit(&c->inbox_len, 0, memory_order_relaxed);
   weft__lock_release(&c->inbox_lock);
 }
@@ -936,7 +886,7 @@ static void drain_inbox(weft__carrier *c) {
 static weft__fiber *pop_spawn(weft__carrier *c) {
   if (atomic_load_explicit(&c->spawn_len, memory_order_relaxed) == 0) return NULL;
   weft__lock_acquire(&c->spawn_lock);
-  weft__fiber *f = fq_pop(&c->spawn);
+  weft__fiber *f = weft__fq_pop(&c->spawn);
   atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
   weft__lock_release(&c->spawn_lock);
   return f;
@@ -952,10 +902,10 @@ static weft__fiber *take_global(weft__carrier *c) {
   weft__fq batch = fq_take(&rt.gq, k);
   atomic_store_explicit(&rt.gq_len, rt.gq.len, memory_order_relaxed);
   weft__lock_release(&rt.gq_lock);
-  weft__fiber *f = fq_pop(&batch);
+  weft__fiber *f = weft__fq_pop(&batch);
   if (batch.len) {
     weft__lock_acquire(&c->spawn_lock);
-    fq_splice(&c->spawn, &batch);
+    weft__fq_splice(&c->spawn, &batch);
     atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
     weft__lock_release(&c->spawn_lock);
   }
@@ -986,12 +936,12 @@ static weft__fiber *steal(weft__carrier *c, bool lone) {
     weft__fq got = fq_take(&v->spawn, (v->spawn.len + 1) / 2);
     atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
     weft__lock_release(&v->spawn_lock);
-    weft__fiber *f = fq_pop(&got);
+    weft__fiber *f = weft__fq_pop(&got);
     if (!f) continue;
     weft__count(&c->cnt.steals, 1 + got.len);
     if (got.len) {
       weft__lock_acquire(&c->spawn_lock);
-      fq_splice(&c->spawn, &got);
+      weft__fq_splice(&c->spawn, &got);
       atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
       weft__lock_release(&c->spawn_lock);
     }
@@ -1037,7 +987,7 @@ static bool spin_sees_lone(weft__carrier *c) {
 /* Spin for work; returns a stolen lone fiber, or NULL (the caller looks again, or sleeps). */
 static weft__fiber *spin(weft__carrier *c, int64_t next_timer) {
   if (weft__poller_busy(&c->poller) || weft__uring_busy(&c->poller)) return NULL;
-  int64_t now = weft_now_ns(), until = now + SPIN_NS, lone_since = 0;
+  int64_t now = weft__mono_ns(), until = now + SPIN_NS, lone_since = 0;
   if (next_timer >= 0 && next_timer < until) until = next_timer;
   while (now < until) {
     for (int i = 0; i < 32; i++) weft__cpu_relax();
@@ -1045,7 +995,7 @@ static weft__fiber *spin(weft__carrier *c, int64_t next_timer) {
       c->spin_found = true;
       return NULL;
     }
-    now = weft_now_ns();
+    now = weft__mono_ns();
     if (spin_sees_lone(c)) {
       if (!lone_since) lone_since = now;
       if (now - lone_since >= SPIN_LONE_NS) {
@@ -1118,7 +1068,7 @@ static void exit_wait(int64_t deadline) {
       all = c == tls_carrier || atomic_load_explicit(&c->status, memory_order_acquire) != WEFT__C_RUNNING ||
             atomic_load_explicit(&c->still, memory_order_acquire);
     }
-    if (all || weft_now_ns() >= deadline) return;
+    if (all || weft__mono_ns() >= deadline) return;
     struct timespec ts = {0, 100000};
     nanosleep(&ts, NULL);
   }
@@ -1155,7 +1105,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
         weft__count(&c->cnt.polls, 1);
         weft__poller_wait(&c->poller, 0);
       }
-      fq_splice(&c->ready, &c->yielded);
+      weft__fq_splice(&c->ready, &c->yielded);
       /* A busy carrier looks at the sources too, for its own share of a map (not others'). */
       if ((f = pop_spawn(c)) || (f = take_global(c)) || (f = pull_source(c, false))) return f;
     }
@@ -1168,7 +1118,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      * first (Go's runnext) instead left most wake-ups seconds late and every
      * element on a fresh stack (5.6 s against 3.5 s, twice the page faults).
      */
-    if ((f = fq_pop(&c->ready))) return f;
+    if ((f = weft__fq_pop(&c->ready))) return f;
     if ((f = c->runnext)) {
       c->runnext = NULL;
       return f;
@@ -1188,8 +1138,8 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      * starve it. Otherwise a yield would pay for the whole search below.
      */
     if (c->yielded.head && !other_work_hint(c)) {
-      fq_splice(&c->ready, &c->yielded);
-      return fq_pop(&c->ready);
+      weft__fq_splice(&c->ready, &c->yielded);
+      return weft__fq_pop(&c->ready);
     }
 
     atomic_fetch_add(&rt.nspinning, 1);
@@ -1208,7 +1158,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       continue;
     }
     if (c->yielded.head) {
-      fq_splice(&c->ready, &c->yielded);
+      weft__fq_splice(&c->ready, &c->yielded);
       continue;
     }
     /* Shutdown sets exit only once no fiber is left anywhere. */
@@ -1222,7 +1172,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     int64_t wake_at = next_timer;
     if (c->extra && c->homed == 0 && c->heap_len == 0 && !c->toverflow && !c->tfifo_head &&
         !weft__poller_busy(&c->poller)) {
-      int64_t t = weft_now_ns();
+      int64_t t = weft__mono_ns();
       if (!c->idle_since) c->idle_since = t;
       if (t - c->idle_since >= RETIRE_NS) return NULL;
       wake_at = c->idle_since + RETIRE_NS;
@@ -1233,7 +1183,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      * batch at a time, looking for work in between: sooner, and a burst that
      * follows a burst would map again what the first one just let go.
      */
-    int64_t now = weft_now_ns();
+    int64_t now = weft__mono_ns();
     if (!c->idle_since) c->idle_since = now;
     if (weft__stack_excess()) {
       if (now - c->idle_since >= TRIM_IDLE_NS) {
@@ -1442,7 +1392,7 @@ int weft__fibers_start(const weft__fiber_hooks *h) {
   rt.settings = s;
   /* Keep the gdb extension's table (debug.c) in a static link too: this is its one reference. */
   __asm__ volatile("" : : "r"(weft__debug_layout) : "memory");
-  atomic_store_explicit(&weft__coarse_now, weft_now_ns(),
+  atomic_store_explicit(&weft__coarse_now, weft__mono_ns(),
                         memory_order_relaxed); /* before the monitor's first look */
   atomic_store(&rt.state, RT_RUNNING);         /* carriers check it as they start */
   for (unsigned i = 0; i < s.carriers; i++) {
@@ -1522,7 +1472,7 @@ static void atfork_child(void) {
   rt.gq.len = 0;
   weft__lock_init(&rt.gq_lock);
   weft__lock_init(&rt.src_lock);
-  rt.sources = rt.sources_tail = NULL;
+  rt.sources.head = rt.sources.tail = NULL;
   atomic_store(&rt.nsources, 0);
   atomic_store(&rt.nextra, 0);
   atomic_store(&rt.quiesce_waiting, false);

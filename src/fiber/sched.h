@@ -11,14 +11,13 @@
 #include "../base/settings.h"
 #include "../poll/poller.h"
 #include "../base/lock.h"
+#include "../base/queue.h"
 #include "fiber.h"
 
-/* An intrusive FIFO of fibers (through weft__fiber.next). */
-typedef struct weft__fq {
-  weft__fiber *head;
-  weft__fiber *tail;
-  size_t len;
-} weft__fq;
+/* A FIFO of fibers (through weft__fiber.next). */
+WEFT__QUEUE(weft__fq, weft__fiber, next);
+/* The open fiber sources. */
+WEFT__LIST(weft__srclist, weft__source, next, prev);
 
 /* What a fiber asked for when it switched to the scheduler. */
 enum { WEFT__AFTER_PARK = 0, WEFT__AFTER_YIELD, WEFT__AFTER_EXIT };
@@ -124,9 +123,8 @@ typedef struct weft__rt {
   weft__fq gq;                          /* fibers spawned by threads that are not carriers */
   atomic_size_t gq_len;                 /* gq.len, readable without the lock */
   WEFT__ALIGNED_CL weft__lock src_lock; /* guards sources */
-  weft__source *sources;                /* open fiber sources, a list (fiber.h) */
-  weft__source *sources_tail;
-  atomic_uint nsources;                       /* on the list, readable without the lock (a hint) */
+  weft__srclist sources;                /* open fiber sources (fiber.h), in the order carriers look at them */
+  atomic_uint nsources;                 /* on the list, readable without the lock (a hint) */
   WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done, and open sources */
   atomic_bool quiesce_waiting;                /* shutdown waits for live == 0 */
   weft__carrier_counters gone;                /* the counters of carriers since freed (stats) */

@@ -30,6 +30,7 @@
  * the carriers' only waiting point (io_uring_enter instead of epoll_wait) is
  * the way to batch socket I/O; until then epoll serves them.
  */
+#include "../base/clock.h"
 #include "../base/internal.h"
 
 #include <fcntl.h>
@@ -62,7 +63,7 @@ static int wait_thread(int fd, short events, int64_t deadline_ns) {
     if (deadline_ns == 0) {
       ms = 0;
     } else if (deadline_ns > 0) {
-      int64_t left = deadline_ns - weft_now_ns();
+      int64_t left = deadline_ns - weft__mono_ns();
       if (left <= 0) return -ETIMEDOUT;
       /* Round up: never wake before the deadline. Cap so a huge deadline cannot overflow. */
       int64_t m = (left + 999999) / 1000000;
@@ -73,7 +74,7 @@ static int wait_thread(int fd, short events, int64_t deadline_ns) {
     int n = poll(&pfd, 1, ms);
     if (n > 0) return (pfd.revents & POLLNVAL) ? -EBADF : pfd.revents;
     if (n == 0) {
-      if (deadline_ns == 0 || (deadline_ns > 0 && weft_now_ns() >= deadline_ns)) return -ETIMEDOUT;
+      if (deadline_ns == 0 || (deadline_ns > 0 && weft__mono_ns() >= deadline_ns)) return -ETIMEDOUT;
       continue;
     }
     if (errno != EINTR) return -errno;

@@ -56,7 +56,9 @@
 #include <time.h>
 
 #include "../base/settings.h"
+#include "../base/clock.h"
 #include "../base/process.h"
+#include "../base/queue.h"
 #include "../fiber/fiber.h"
 #include "../local/local.h"
 #include "../sync/wait.h"
@@ -81,20 +83,22 @@ typedef struct call {
   struct call *next;         /* FIFO link: guarded by pool.mu */
 } call;
 
+WEFT__QUEUE(callq, call, next);
+
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t work; /* idle threads wait here (CLOCK_MONOTONIC) */
   pthread_cond_t gone; /* shutdown waits here for the last thread */
   /* --- guarded by mu --- */
-  call *head, *tail; /* queued calls, oldest first */
-  unsigned queued;   /* calls in the queue */
-  unsigned threads;  /* alive, counting those being started */
-  unsigned idle;     /* waiting on `work` */
-  unsigned running;  /* calls in fn */
-  unsigned max;      /* offload_max: valid while started */
-  bool started;      /* max was read (after init, after each shutdown) */
-  bool stopping;     /* shutdown: drain the queue, then exit instead of idling */
-  bool have_zombie;  /* `zombie` has exited and awaits a join */
+  callq queue;      /* queued calls, oldest first */
+  unsigned queued;  /* calls in the queue */
+  unsigned threads; /* alive, counting those being started */
+  unsigned idle;    /* waiting on `work` */
+  unsigned running; /* calls in fn */
+  unsigned max;     /* offload_max: valid while started */
+  bool started;     /* max was read (after init, after each shutdown) */
+  bool stopping;    /* shutdown: drain the queue, then exit instead of idling */
+  bool have_zombie; /* `zombie` has exited and awaits a join */
   pthread_t zombie;
   int64_t idle_ns; /* how long an idle thread waits before it exits */
   unsigned peak_threads, peak_running;
@@ -109,13 +113,9 @@ static __thread bool tls_worker; /* this thread is an offload thread */
 static void atfork_child(void);
 
 static void init_sync(void) {
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* weft_now_ns's clock: no jumps */
   pthread_mutex_init(&pool.mu, NULL);
-  pthread_cond_init(&pool.work, &ca);
-  pthread_cond_init(&pool.gone, &ca);
-  pthread_condattr_destroy(&ca);
+  weft__cond_init(&pool.work);
+  weft__cond_init(&pool.gone);
 }
 
 static void pool_init(void) {
@@ -135,21 +135,14 @@ static void outside_update(void) {
 }
 
 static void enqueue(call *c) {
-  c->next = NULL;
-  if (pool.tail)
-    pool.tail->next = c;
-  else
-    pool.head = c;
-  pool.tail = c;
+  callq_push(&pool.queue, c);
   pool.queued++;
   outside_update();
 }
 
 static call *dequeue(void) {
-  call *c = pool.head;
+  call *c = callq_pop(&pool.queue);
   if (!c) return NULL;
-  pool.head = c->next;
-  if (!pool.head) pool.tail = NULL;
   pool.queued--;
   outside_update();
   return c;
@@ -157,18 +150,9 @@ static call *dequeue(void) {
 
 /* Take c out of the queue, wherever it is (a cancelled caller; rare, so a scan). */
 static void unlink_call(call *c) {
-  call *prev = NULL;
-  for (call *q = pool.head; q; prev = q, q = q->next) {
-    if (q != c) continue;
-    if (prev)
-      prev->next = c->next;
-    else
-      pool.head = c->next;
-    if (pool.tail == c) pool.tail = prev;
-    pool.queued--;
-    outside_update();
-    return;
-  }
+  if (!callq_remove(&pool.queue, c)) return;
+  pool.queued--;
+  outside_update();
 }
 
 /* --- the threads ------------------------------------------------------------------ */
@@ -199,30 +183,24 @@ static void run_taken(call *c) {
   weft__waiter_wake(c->w);
 }
 
-static struct timespec to_timespec(int64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-  return ts;
-}
-
 static void *worker_main(void *unused) {
   WEFT__UNUSED(unused);
   tls_worker = true;
   pthread_mutex_lock(&pool.mu);
-  int64_t idle_since = weft_now_ns();
+  int64_t idle_since = weft__mono_ns();
   for (;;) {
     call *c = dequeue();
     if (c) {
       run_taken(c);
-      idle_since = weft_now_ns();
+      idle_since = weft__mono_ns();
       continue;
     }
     if (pool.stopping) break;
     /* Read each time round: weft__offload_set_idle_ns wakes idle threads to take a new value. */
     int64_t deadline = weft__add_sat(idle_since, pool.idle_ns);
-    if (weft_now_ns() >= deadline) break; /* retire */
-    struct timespec ts = to_timespec(deadline);
+    if (weft__mono_ns() >= deadline) break; /* retire */
     pool.idle++;
-    pthread_cond_timedwait(&pool.work, &pool.mu, &ts);
+    weft__cond_wait_until(&pool.work, &pool.mu, deadline);
     pool.idle--;
   }
   /* Leave this thread to the next one out (or shutdown) to join; join the one before. */
@@ -316,7 +294,7 @@ int weft__offload_run(weft_task_fn fn, void *arg, void **result) {
     }
     if (c.state == C_RETURNED) {
       pthread_mutex_unlock(&pool.mu);
-      return ws == WEFT__W_CANCELED ? -ECANCELED : run_here(fn, arg, result);
+      return ws == WEFT__W_CANCELLED ? -ECANCELED : run_here(fn, arg, result);
     }
     /* Running, and our wait was cancelled: fn runs to the end; wait for it, not cancellable. */
     weft__waiter w2;
@@ -361,7 +339,8 @@ void weft__offload_shutdown(void) {
 static void atfork_child(void) {
   /* Only the forking thread survives: no offload thread, no parked fiber to serve. */
   if (pool_ready) init_sync();
-  pool.head = pool.tail = NULL;
+  pool.queue.head = pool.queue.tail = NULL;
+  pool.queue.len = 0;
   pool.queued = pool.threads = pool.idle = pool.running = 0;
   pool.started = pool.stopping = pool.have_zombie = false;
   pool.peak_threads = pool.peak_running = 0;

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../base/sys.h"
 #include "uring.h"
 
@@ -230,12 +231,6 @@ static int on_fd_event(weft__poller *p, int fd, uint32_t ev) {
 
 /* --- waiting --------------------------------------------------------------------------- */
 
-static int64_t mono_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* epoll_pwait2 (Linux 5.11) takes a nanosecond timeout. Where the kernel, or a
  * tool such as Valgrind, lacks it the first ENOSYS switches the whole process
  * to epoll_wait with the timeout rounded up to a millisecond. */
@@ -249,7 +244,7 @@ int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
     if (deadline_ns == 0) {
       left = 0;
     } else if (deadline_ns > 0) {
-      left = deadline_ns - mono_now();
+      left = deadline_ns - weft__mono_ns();
       if (left < 0) left = 0;
     }
     if (atomic_load_explicit(&has_pwait2, memory_order_relaxed)) {

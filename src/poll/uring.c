@@ -32,6 +32,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "../base/clock.h"
 #include "../base/sys.h"
 
 #ifdef WEFT_HAVE_VALGRIND_H
@@ -123,8 +124,6 @@ static ring *ring_get(weft__poller *p) {
   return r;
 }
 
-bool weft__uring_ready(weft__poller *p) { return ring_get(p) != NULL; }
-
 /* A free SQE, submitting what is queued if the queue is full. */
 static struct io_uring_sqe *sqe_get(ring *r) {
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
@@ -184,8 +183,8 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
   if (!q->write && op.res > 0) MAKE_DEFINED(q->buf, (size_t)op.res);
   if (op.res >= 0) return op.res; /* done before the cancellation took: the result stands */
   if (op.res == -ECANCELED) {
-    if (st == WEFT__W_CANCELED) return -ECANCELED;
-    if (deadline_ns > 0 && weft_now_ns() >= deadline_ns) return -ETIMEDOUT;
+    if (st == WEFT__W_CANCELLED) return -ECANCELED;
+    if (deadline_ns > 0 && weft__mono_ns() >= deadline_ns) return -ETIMEDOUT;
   }
   return op.res;
 }

@@ -38,9 +38,6 @@ typedef struct weft__uring_req {
  */
 int64_t weft__uring_run(weft__poller *p, const weft__uring_req *r, int64_t deadline_ns);
 
-/* True when the calling fiber's carrier can use a ring (it may create it). */
-bool weft__uring_ready(weft__poller *p);
-
 /*
  * The carrier's side. flush: submit queued requests, if `idle` (the carrier
  * has nothing else to run) or enough are queued. reap: deliver completions

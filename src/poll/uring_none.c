@@ -11,10 +11,6 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *r, int64_t deadl
   WEFT__UNUSED(deadline_ns);
   return -ENOSYS;
 }
-bool weft__uring_ready(weft__poller *p) {
-  WEFT__UNUSED(p);
-  return false;
-}
 void weft__uring_flush(weft__poller *p, bool idle) {
   WEFT__UNUSED(p);
   WEFT__UNUSED(idle);

@@ -72,7 +72,7 @@ static inline unsigned char *slot(weft_chan_t *ch, size_t i) { return ch->ring +
  */
 static weft__waiter *claim(weft__waitlist *q, weft__sync_wakeup *k) {
   weft__waiter *w;
-  while ((w = weft__waitlist_pop(q)) != NULL) {
+  while ((w = weft__waitlist_take(q)) != NULL) {
     w->aux = DELIVERED;
     if (weft__sync_claim(w, WEFT__W_WOKEN, k)) return w;
   }
@@ -82,7 +82,7 @@ static weft__waiter *claim(weft__waitlist *q, weft__sync_wakeup *k) {
 /* Close: resolve every waiter of q with CLOSED, under the lock (any number of them). */
 static void close_all(weft__waitlist *q) {
   weft__waiter *w;
-  while ((w = weft__waitlist_pop(q)) != NULL) {
+  while ((w = weft__waitlist_take(q)) != NULL) {
     w->aux = CLOSED;
     weft__waiter_wake(w); /* a failure is a waiter leaving on its own */
   }
@@ -96,7 +96,7 @@ static int wait_queued(weft_chan_t *ch, weft__waitlist *q, weft__waiter *w, int6
     return w->aux == CLOSED ? -EPIPE : 0;
   }
   weft__lock_acquire(&ch->lock);
-  if (w->queued) weft__waitlist_remove(q, w);
+  if (w->queued) weft__waitlist_del(q, w);
   weft__lock_release(&ch->lock);
   return weft__waiter_errno(ws);
 }
@@ -162,7 +162,7 @@ int weft_chan_send(weft_chan_t *ch, const void *elem, int64_t deadline_ns) {
   weft__waiter_init(&w, true);
   weft__waiter_on(&w, WEFT__WAIT_CHAN_SEND, ch);
   w.data = (void *)(uintptr_t)elem; /* only read, by the receiver that claims w */
-  weft__waitlist_push(&ch->sendq, &w);
+  weft__waitlist_add(&ch->sendq, &w);
   weft__lock_release(&ch->lock);
   return wait_queued(ch, &ch->sendq, &w, deadline_ns);
 }
@@ -213,7 +213,7 @@ int weft_chan_recv(weft_chan_t *ch, void *elem, int64_t deadline_ns) {
   weft__waiter_init(&w, true);
   weft__waiter_on(&w, WEFT__WAIT_CHAN_RECV, ch);
   w.data = elem;
-  weft__waitlist_push(&ch->recvq, &w);
+  weft__waitlist_add(&ch->recvq, &w);
   weft__lock_release(&ch->lock);
   return wait_queued(ch, &ch->recvq, &w, deadline_ns);
 }

@@ -4,7 +4,7 @@
  *
  * ==== Fields and who owns them ================================================
  *
- *   lock_      the word lock (sync/lock.h) that guards the rest.
+ *   lock_      the word lock (base/lock.h) that guards the rest.
  *   head_,     the FIFO of waiters, each a weft__waiter on its waiter's stack.
  *   tail_
  *   waiters_   how many are on the list. Written only under lock_ (atomic
@@ -76,7 +76,7 @@ int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline_ns) {
   weft__waiter_on(&w, WEFT__WAIT_COND, c);
   weft__wordlock_acquire(&c->lock_);
   weft__waitlist l = weft__sync_list_get(&c->head_, &c->tail_);
-  weft__waitlist_push(&l, &w);
+  weft__waitlist_add(&l, &w);
   weft__sync_list_put(&c->head_, &c->tail_, &l);
   set_waiters(c, get_waiters(c) + 1);
   weft__wordlock_release(&c->lock_);
@@ -89,7 +89,7 @@ int weft_cond_wait(weft_cond_t *c, weft_mutex_t *m, int64_t deadline_ns) {
     weft__wordlock_acquire(&c->lock_);
     if (w.queued) {
       l = weft__sync_list_get(&c->head_, &c->tail_);
-      weft__waitlist_remove(&l, &w);
+      weft__waitlist_del(&l, &w);
       weft__sync_list_put(&c->head_, &c->tail_, &l);
       set_waiters(c, get_waiters(c) - 1);
     }
@@ -112,7 +112,7 @@ int weft_cond_signal(weft_cond_t *c) {
   weft__waitlist l = weft__sync_list_get(&c->head_, &c->tail_);
   uint32_t n = get_waiters(c);
   weft__waiter *w;
-  while ((w = weft__waitlist_pop(&l)) != NULL) {
+  while ((w = weft__waitlist_take(&l)) != NULL) {
     n--;
     /* A failed claim is a waiter leaving by deadline or cancellation: the signal goes to the next. */
     if (weft__sync_claim(w, WEFT__W_WOKEN, &k)) break;
@@ -131,7 +131,7 @@ int weft_cond_broadcast(weft_cond_t *c) {
   weft__wordlock_acquire(&c->lock_);
   weft__waitlist l = weft__sync_list_get(&c->head_, &c->tail_);
   weft__waiter *w;
-  while ((w = weft__waitlist_pop(&l)) != NULL) weft__waiter_wake(w); /* failures are waiters leaving */
+  while ((w = weft__waitlist_take(&l)) != NULL) weft__waiter_wake(w); /* failures are waiters leaving */
   weft__sync_list_put(&c->head_, &c->tail_, &l);
   set_waiters(c, 0);
   weft__wordlock_release(&c->lock_);

@@ -10,7 +10,7 @@
  *            (lock, trylock, the spin) and given up by the holder; WAITERS is
  *            set and cleared only under lock_, so "WAITERS set" always means
  *            "someone is on the list".
- *   lock_    the word lock (sync/lock.h) that guards head_, tail_ and WAITERS.
+ *   lock_    the word lock (base/lock.h) that guards head_, tail_ and WAITERS.
  *   head_,   the FIFO of parked lockers (struct mwait), under lock_.
  *   tail_
  *   owner_   the holder's identity (weft__sync_self: its fiber or its thread).
@@ -97,6 +97,8 @@
  * unlocker's last store has happened by then.
  */
 #include "sync.h"
+
+#include "../base/clock.h"
 
 #include <string.h>
 
@@ -185,12 +187,12 @@ static void lock_slow(weft_mutex_t *m) {
         break;
       }
     }
-    if (mw.since == 0) mw.since = WEFT__MUTEX_HANDOFF_NS > 0 ? weft_now_ns() : 1;
+    if (mw.since == 0) mw.since = WEFT__MUTEX_HANDOFF_NS > 0 ? weft__mono_ns() : 1;
     weft__waitlist l = weft__sync_list_get(&m->head_, &m->tail_);
     if (front)
       weft__sync_list_push_front(&l, &mw.w);
     else
-      weft__waitlist_push(&l, &mw.w);
+      weft__waitlist_add(&l, &mw.w);
     weft__sync_list_put(&m->head_, &m->tail_, &l);
     weft__wordlock_release(&m->lock_);
 
@@ -208,11 +210,12 @@ static void lock_slow(weft_mutex_t *m) {
 static void unlock_slow(weft_mutex_t *m) {
   weft__wordlock_acquire(&m->lock_);
   weft__waitlist l = weft__sync_list_get(&m->head_, &m->tail_);
-  weft__waiter *w = weft__waitlist_pop(&l); /* never NULL: WAITERS was set, and only lock_ holders clear it */
+  weft__waiter *w =
+      weft__waitlist_take(&l); /* never NULL: WAITERS was set, and only lock_ holders clear it */
   weft__sync_list_put(&m->head_, &m->tail_, &l);
   mwait *mw = weft__container_of(w, mwait, w);
-  bool handoff = WEFT__MUTEX_HANDOFF_NS == 0 ||
-                 (WEFT__MUTEX_HANDOFF_NS < INT64_MAX && weft_now_ns() - mw->since >= WEFT__MUTEX_HANDOFF_NS);
+  bool handoff = WEFT__MUTEX_HANDOFF_NS == 0 || (WEFT__MUTEX_HANDOFF_NS < INT64_MAX &&
+                                                 weft__mono_ns() - mw->since >= WEFT__MUTEX_HANDOFF_NS);
   /*
    * A plain store: nobody else can change state_ now (LOCKED is ours, and
    * WAITERS changes only under lock_). Release: a barger's acquire CAS sees

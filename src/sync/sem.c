@@ -9,7 +9,7 @@
  *            by CAS from anywhere; the waiter number changes only under
  *            lock_ (still by atomic read-modify-write, since the count beside
  *            it moves at the same time).
- *   lock_    the word lock (sync/lock.h) that guards the list and the
+ *   lock_    the word lock (base/lock.h) that guards the list and the
  *            waiter number.
  *   head_,   the FIFO of waiters (weft__waiter on each waiter's stack).
  *   tail_
@@ -102,7 +102,7 @@ int weft_sem_wait(weft_sem_t *s, int64_t deadline_ns) {
     return 0;
   }
   weft__waitlist l = weft__sync_list_get(&s->head_, &s->tail_);
-  weft__waitlist_push(&l, &w);
+  weft__waitlist_add(&l, &w);
   weft__sync_list_put(&s->head_, &s->tail_, &l);
   weft__wordlock_release(&s->lock_);
 
@@ -114,7 +114,7 @@ int weft_sem_wait(weft_sem_t *s, int64_t deadline_ns) {
   weft__wordlock_acquire(&s->lock_);
   if (w.queued) {
     l = weft__sync_list_get(&s->head_, &s->tail_);
-    weft__waitlist_remove(&l, &w);
+    weft__waitlist_del(&l, &w);
     weft__sync_list_put(&s->head_, &s->tail_, &l);
     count_out(s);
   }
@@ -129,7 +129,7 @@ static bool hand_off(weft_sem_t *s) {
   weft__waitlist l = weft__sync_list_get(&s->head_, &s->tail_);
   weft__waiter *w;
   bool handed = false;
-  while (!handed && (w = weft__waitlist_pop(&l)) != NULL) {
+  while (!handed && (w = weft__waitlist_take(&l)) != NULL) {
     count_out(s);
     /* acq_rel in the claim: what the poster did before is seen by the waiter. */
     handed = weft__sync_claim(w, WEFT__W_WOKEN, &k);

@@ -39,7 +39,7 @@ void weft__tctx_cancel(weft__tctx *tc) {
   /* Seen by a wait that starts later: it checks the flag under the lock. */
   atomic_store(&tc->cancelled, true);
   weft__lock_acquire(&tc->lock);
-  if (tc->waiter) weft__waiter_resolve(tc->waiter, WEFT__W_CANCELED);
+  if (tc->waiter) weft__waiter_resolve(tc->waiter, WEFT__W_CANCELLED);
   weft__lock_release(&tc->lock);
 }
 
@@ -83,7 +83,7 @@ uint32_t weft__waiter_wait(weft__waiter *w, int64_t deadline_ns) {
     tc->waiter = w;
     bool cancelled = atomic_load(&tc->cancelled);
     weft__lock_release(&tc->lock);
-    if (cancelled) weft__waiter_resolve(w, WEFT__W_CANCELED);
+    if (cancelled) weft__waiter_resolve(w, WEFT__W_CANCELLED);
   }
 
   if (w->fiber) {

@@ -19,6 +19,7 @@
 
 #include "../base/internal.h"
 #include "../base/lock.h"
+#include "../base/queue.h"
 #include "park.h"
 
 struct weft__fiber;
@@ -27,7 +28,7 @@ enum {
   WEFT__W_WAITING = 0,
   WEFT__W_WOKEN = 1,
   WEFT__W_TIMEDOUT = 2,
-  WEFT__W_CANCELED = 3,
+  WEFT__W_CANCELLED = 3,
 };
 
 /*
@@ -132,40 +133,23 @@ static inline int weft__waiter_errno(uint32_t state) {
   return state == WEFT__W_WOKEN ? 0 : state == WEFT__W_TIMEDOUT ? -ETIMEDOUT : -ECANCELED;
 }
 
-/* A doubly linked FIFO of waiters, guarded by its owner's lock. */
-typedef struct weft__waitlist {
-  weft__waiter *head;
-  weft__waiter *tail;
-} weft__waitlist;
+/* A FIFO of waiters, guarded by its owner's lock; `queued` says whether a waiter is on one. */
+WEFT__LIST(weft__waitlist, weft__waiter, next, prev);
 
-static inline void weft__waitlist_push(weft__waitlist *l, weft__waiter *w) {
+static inline void weft__waitlist_add(weft__waitlist *l, weft__waiter *w) {
   w->queued = true;
-  w->next = NULL;
-  w->prev = l->tail;
-  if (l->tail)
-    l->tail->next = w;
-  else
-    l->head = w;
-  l->tail = w;
+  weft__waitlist_push(l, w);
 }
 
 /* Remove w, which must be on l. */
-static inline void weft__waitlist_remove(weft__waitlist *l, weft__waiter *w) {
-  if (w->prev)
-    w->prev->next = w->next;
-  else
-    l->head = w->next;
-  if (w->next)
-    w->next->prev = w->prev;
-  else
-    l->tail = w->prev;
-  w->next = w->prev = NULL;
+static inline void weft__waitlist_del(weft__waitlist *l, weft__waiter *w) {
+  weft__waitlist_remove(l, w);
   w->queued = false;
 }
 
-static inline weft__waiter *weft__waitlist_pop(weft__waitlist *l) {
-  weft__waiter *w = l->head;
-  if (w) weft__waitlist_remove(l, w);
+static inline weft__waiter *weft__waitlist_take(weft__waitlist *l) {
+  weft__waiter *w = weft__waitlist_pop(l);
+  if (w) w->queued = false;
   return w;
 }
 
