@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -378,6 +380,81 @@ static void test_explain_env(void) {
   if (lines < 1 || lines > 6) printf("\n  stderr:\n%s\n", err);
 }
 
+/* --- a site whose elements become dear (model.h) ----------------------------------- */
+
+typedef struct dear_ctx {
+  atomic_int dear; /* 0: elements of about 100 ns; 1: elements that sleep 10 ms */
+  pid_t tids[16];  /* who ran each element of the last call */
+} dear_ctx;
+
+static int dear_elem(void *arg, size_t i) {
+  dear_ctx *c = arg;
+  c->tids[i % 16] = (pid_t)syscall(SYS_gettid);
+  if (atomic_load(&c->dear)) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  } else {
+    int64_t end = weft_now_ns() + 100;
+    while (weft_now_ns() < end) {
+    }
+  }
+  return 0;
+}
+
+static unsigned distinct_tids(const dear_ctx *c) {
+  unsigned k = 0;
+  for (int i = 0; i < 16; i++) {
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) seen = c->tids[j] == c->tids[i];
+    k += !seen;
+  }
+  return k;
+}
+
+/*
+ * 16 elements of 100 ns run on the caller, untimed at a known site; then the
+ * same site's elements sleep 10 ms each. The call must not run them all on
+ * the caller (160 ms): its first element, watched, shows the change, and the
+ * rest is decided again, on the team. Then the same through the slow path
+ * (WEFT_PMAP_EXPLAIN), whose line says so.
+ */
+static void dear_calls(void) {
+  weft__team team;
+  weft__cpu_team(&team);
+  static dear_ctx c;
+  for (int round = 0; round < 2; round++) {
+    weft__pmap_test_reset();
+    atomic_store(&c.dear, 0);
+    for (int k = 0; k < 40; k++) CU_ASSERT_EQUAL(weft_pmap(16, dear_elem, &c, NULL), 0);
+    CU_ASSERT_EQUAL(distinct_tids(&c), 1); /* 1.6 us: on the caller */
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    CU_ASSERT_EQUAL(c.tids[0], me);
+    atomic_store(&c.dear, 1);
+    memset(c.tids, 0, sizeof c.tids);
+    weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+    if (round == 1) o.flags = WEFT_PMAP_EXPLAIN;
+    CU_ASSERT_EQUAL(weft_pmap(16, dear_elem, &c, &o), 0);
+    CU_ASSERT_EQUAL(c.tids[0], me); /* the watched element */
+    unsigned k = distinct_tids(&c);
+    if (team.size >= 2) CU_ASSERT(k >= 2);
+    if (team.size >= 2 && k < 2) printf("\n  round %d: the dear call ran on %u thread(s)", round, k);
+  }
+}
+
+static void test_dear_elements(void) {
+  static char err[8192];
+  capture_stderr(dear_calls, err, sizeof err);
+  weft__team team;
+  weft__cpu_team(&team);
+  char *line = strstr(err, "weft: pmap n=16 at ");
+  CU_ASSERT_PTR_NOT_NULL(line);
+  if (team.size >= 2) {
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "decided again for the other 15"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "workers in"));
+  }
+  if (!line || !strstr(err, "decided again")) printf("\n  stderr:\n%s\n", err);
+}
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"small_on_caller", test_small_on_caller},
@@ -392,6 +469,7 @@ int main(int argc, char **argv) {
       {"average", test_average},
       {"explain_flag", test_explain_flag},
       {"explain_env", test_explain_env},
+      {"dear_elements", test_dear_elements},
       {NULL, NULL},
   };
   return weft_test_run(argc, argv, "pmap_model", tests);

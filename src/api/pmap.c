@@ -94,6 +94,7 @@ typedef struct cpu_site {
   double between_ns; /* estimated time from the end of one call to the next's start */
   int64_t last_end;  /* when the last timed call ended; 0: none */
   size_t seq_n;      /* maps of at most this many run on the caller untimed (any kind) */
+  size_t watch_n;    /* ... and those of at least this many time their first element (model.h) */
   uint32_t period;   /* untimed calls allowed between two timed ones (7 or 63) */
   uint32_t untimed;  /* calls since the last timed one */
   uint32_t timed;    /* timed calls so far (saturates) */
@@ -134,6 +135,21 @@ static int run_here(weft_index_fn fn, void *ctx, size_t lo, size_t hi) {
     if (WEFT__UNLIKELY(rc != 0) && err == 0) err = rc;
   }
   return err;
+}
+
+/*
+ * Run element i on the caller and time it; true when it took so much more
+ * than the estimate elem_ns that the `rest` elements after it deserve a new
+ * decision (model.h, "a site whose elements change").
+ */
+static bool first_was_dear(weft_index_fn fn, void *ctx, size_t i, size_t rest, double elem_ns, int *err,
+                           int64_t *took) {
+  int64_t a = weft_now_ns();
+  int rc = fn(ctx, i);
+  *took = weft_now_ns() - a;
+  if (WEFT__UNLIKELY(rc != 0) && *err == 0) *err = rc;
+  return (double)*took > WEFT__MODEL_WATCH_FACTOR * elem_ns &&
+         (double)*took * (double)rest >= WEFT__MODEL_WATCH_PAYS_NS;
 }
 
 /* --- EXPLAIN ------------------------------------------------------------------------ */
@@ -197,6 +213,8 @@ typedef struct explain_rec {
   weft__model_out out;
   double took_ns;  /* measured wall time of the call */
   double stall_ns; /* the stalls' share in the fork costs */
+  double dear_ns;  /* > 0: the first element on the caller took this long, and the rest was decided again */
+  double was_ns;   /* ... where the estimate had been this */
 } explain_rec;
 
 static void explain_print(const explain_rec *e) {
@@ -226,6 +244,9 @@ static void explain_print(const explain_rec *e) {
     }
     EMIT(": ");
   }
+  if (e->dear_ns > 0)
+    EMIT("the first element took %s, not %s: decided again for the other %zu: ",
+         fmt_ns(a, sizeof a, e->dear_ns), fmt_ns(b, sizeof b, e->was_ns), e->n - 1);
   if (o->workers > 1)
     EMIT("ran on %u workers in %s (%s)", o->workers, fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
   else if (o->why == WEFT__WHY_COLD)
@@ -279,12 +300,22 @@ static void cache_caller_bound(cpu_site *s, size_t n, const weft__model_out *o) 
   if (o->workers == 1 && o->why != WEFT__WHY_BUSY && o->why != WEFT__WHY_PROBED_ALL && n > bound) bound = n;
   if (o->why == WEFT__WHY_TEAM_OF_ONE) bound = SIZE_MAX;
   s->seq_n = bound;
+  /* Runs on the caller expected to take WATCH_MIN_NS or more time their first element. */
+  double watch = s->elem_ns > 0 ? WEFT__MODEL_WATCH_MIN_NS / s->elem_ns + 1 : 2;
+  s->watch_n = o->why == WEFT__WHY_TEAM_OF_ONE || watch >= (double)SIZE_MAX ? SIZE_MAX
+               : watch < 2                                                  ? 2
+                                                                            : (size_t)watch;
   /* Far below the bound no plausible change flips the decision soon: time one call in 64, not 8. */
   s->period = sure >= 4.0 * (double)n ? FAR_SAMPLE_EVERY - 1 : WEFT__MODEL_SAMPLE_EVERY - 1;
 }
 
+/*
+ * done0 elements (the lowest) ran on the caller already, with result err0:
+ * the hot path's watched first element, dear_ns long, where the estimate
+ * was was_ns (model.h); 0, 0, 0, 0 for a whole call.
+ */
 static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, void *ctx, int explain,
-                         const void *pc) {
+                         const void *pc, size_t done0, int err0, double dear_ns, double was_ns) {
   unsigned kind = weft__cpu_team_kind();
   if (s->fn != fn) {
     memset(s, 0, sizeof *s);
@@ -313,8 +344,8 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, 
   if (m->forked[kind] < 2 && fork_ns < WEFT__MODEL_FIRST_FORK_NS) fork_ns = WEFT__MODEL_FIRST_FORK_NS;
 
   /* A new site: time its first elements on the caller, doubling, for about PROBE_NS. */
-  size_t done = 0;
-  int err = 0;
+  size_t done = done0;
+  int err = err0;
   int64_t t_rest = t0;
   if (!(s->elem_ns > 0) && n > 1 && team.size > 1) {
     /* The estimate leaves out the first element (cold caches, lazy binding) unless it was long. */
@@ -334,8 +365,9 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, 
     } while (done < n && (double)(t_rest - t_mark) < WEFT__MODEL_PROBE_NS);
     s->elem_ns = done > mark ? (double)(t_rest - t_mark) / (double)(done - mark) : (double)(t_rest - t0);
   }
-  size_t probed = done;
+  size_t probed = done0 ? 0 : done;
 
+decide:;
   weft__model_in in = {
       .n = n - done,
       .elem_ns = s->elem_ns > 0 ? s->elem_ns : 1,
@@ -366,11 +398,25 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, 
   int64_t t1;
   if (out.workers <= 1 || done == n) {
     out.workers = 1;
+    size_t from = done;
+    if (dear_ns == 0 && done + 1 < n && team.size > 1 && out.why != WEFT__WHY_BUSY &&
+        (double)(n - done) * in.elem_ns >= WEFT__MODEL_WATCH_MIN_NS) {
+      int64_t took;
+      bool dear = first_was_dear(fn, ctx, done, n - done - 1, in.elem_ns, &err, &took);
+      done++;
+      if (dear) {
+        was_ns = in.elem_ns;
+        dear_ns = (double)took;
+        s->elem_ns = dear_ns; /* for this decision; the rest's own timing corrects it */
+        t_rest = weft_now_ns();
+        goto decide;
+      }
+    }
     int rc = run_here(fn, ctx, done, n);
     if (rc && !err) err = rc;
     t1 = weft_now_ns();
-    if (done < n && team.size > 1)
-      s->elem_ns = weft__model_average(s->elem_ns, (double)(t1 - t_rest) / (double)(n - done));
+    if (from < n && team.size > 1)
+      s->elem_ns = weft__model_average(s->elem_ns, (double)(t1 - t_rest) / (double)(n - from));
   } else {
     weft__range r;
     weft__range_init(&r, n, fn, ctx, 0, 0);
@@ -409,7 +455,7 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, 
     cache_caller_bound(s, n, &out);
   if (explain) {
     in.n = n;
-    explain_rec e = {pc, n, probed, in, out, (double)(t1 - t0), stall_ns};
+    explain_rec e = {pc, n, probed, in, out, (double)(t1 - t0), stall_ns, dear_ns, was_ns};
     explain_maybe(explain, &e);
   }
   return err;
@@ -429,9 +475,18 @@ static int cpu_auto(size_t n, weft_index_fn fn, void *ctx, unsigned flags, const
   if (WEFT__LIKELY(s->fn == fn && n <= s->seq_n && s->untimed < s->period && !explain)) {
     s->untimed++;
     TEST_COUNT(-1);
-    return run_here(fn, ctx, 0, n);
+    if (WEFT__LIKELY(n < s->watch_n)) return run_here(fn, ctx, 0, n);
+    int err = 0;
+    int64_t took;
+    if (WEFT__LIKELY(!first_was_dear(fn, ctx, 0, n - 1, s->elem_ns, &err, &took))) {
+      int rc = run_here(fn, ctx, 1, n);
+      return err ? err : rc;
+    }
+    double was = s->elem_ns;
+    s->elem_ns = (double)took;
+    return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, 1, err, (double)took, was);
   }
-  return cpu_auto_slow(m, s, n, fn, ctx, explain, pc);
+  return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, 0, 0, 0, 0);
 }
 
 /* --- the door --------------------------------------------------------------- */

@@ -92,6 +92,18 @@
  * After a warm-up the team is tried TRIALS times before it is judged (its
  * first forks after a wake-up are its slowest).
  *
+ * A site whose elements change: the estimate of a site whose calls run on
+ * the caller untimed (the hot path) may be far out of date when its
+ * elements become dear (16 elements of 100 ns, then 16 of 10 ms: 160 ms on
+ * the caller where two workers take 80). So a run on the caller that is
+ * expected to take WATCH_MIN_NS or more times its first element (two clock
+ * reads, at most 5% of such a call), and when that element took over
+ * WATCH_FACTOR times the estimate and the rest at its cost would be
+ * WATCH_PAYS_NS or more, the model decides again for the rest with the new
+ * cost, once per call. Calls expected under WATCH_MIN_NS are not watched
+ * (the reads would be a tenth of a 0.3 us map): they are corrected at their
+ * next timed call, after at most 7 (or 63) calls.
+ *
  * What it guarantees: the sequential choice costs the caller nothing but the
  * decision (a few ns at a known site: a table look-up and three compares;
  * the clock is read on one call in 8, or in 64 far below the cut-off); a
@@ -121,6 +133,9 @@
 #define WEFT__MODEL_SAMPLE_EVERY  8           /* calls on the caller: one in this many is timed */
 #define WEFT__MODEL_TRIALS        3           /* forks tried after a warm-up before the warm cost is judged */
 #define WEFT__MODEL_FIRST_FORK_NS 1000000.0   /* the least a thread's first two forks are taken to cost */
+#define WEFT__MODEL_WATCH_MIN_NS  1000.0 /* a run on the caller expected this long times its first element */
+#define WEFT__MODEL_WATCH_FACTOR  16.0   /* ... and decides again when it took this many times the estimate */
+#define WEFT__MODEL_WATCH_PAYS_NS 50000.0 /* ... and the rest at its cost would take this long */
 
 /* Why the map ran where it did (the EXPLAIN text says it in words). */
 typedef enum weft__why {
