@@ -105,7 +105,7 @@ test-aarch64: ci-deps | $(BUILD)
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cc')
 check-format: ci-deps
 	clang-format --dry-run --Werror $(FORMAT_FILES)
-	python3 scripts/apidoc.py --check include/weft.h docs/api.md
+	python3 scripts/apidoc.py --check --settings src/base/settings.c include/weft.h docs/api.md
 	python3 scripts/apidoc.py --check include/weft_mpi.h docs/api-mpi.md
 	python3 scripts/check-layers
 
@@ -138,7 +138,7 @@ plots:
 
 # The API reference is generated from the header (check-format checks it is current).
 docs:
-	python3 scripts/apidoc.py include/weft.h docs/api.md
+	python3 scripts/apidoc.py --settings src/base/settings.c include/weft.h docs/api.md
 	python3 scripts/apidoc.py include/weft_mpi.h docs/api-mpi.md
 
 install: release

@@ -296,6 +296,9 @@ typedef struct weft_config {
   int trace_pinned;          /* -1 env/default (WEFT_TRACE_PINNED, default off), 0, 1 */
   int io_uring;              /* -1 env/default (WEFT_IO_URING, default on where available), 0, 1 */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX: most offload threads; default 64 */
+  const char *places;        /* WEFT_PLACES: NULL env/default (carriers free in the affinity mask);
+                                "cores": carrier k on the k-th CPU of the mask; or a CPU list, "0,2,4-7":
+                                carrier k on its k-th CPU (both wrap); copied by weft_configure */
 } weft_config;
 
 WEFT_EXTERN void weft_config_init(weft_config *cfg);
@@ -304,7 +307,8 @@ WEFT_EXTERN void weft_config_init(weft_config *cfg);
  * weft_configure: set the runtime's settings. Only before the fiber runtime
  * starts (or after weft_shutdown): -EBUSY while it runs. -EINVAL for NULL or a
  * value out of range (stack size under 16 KiB or over 1 GiB, more carriers
- * than max_carriers); nothing changes then. Plain thread.
+ * than max_carriers, places that are neither "cores" nor a CPU list of
+ * numbers below 1024); nothing changes then. Plain thread.
  */
 WEFT_EXTERN int weft_configure(const weft_config *cfg);
 
@@ -320,6 +324,13 @@ typedef struct weft_info {
   unsigned carriers;          /* carriers configured (started or not) */
   bool io_uring;        /* a carrier set up an io_uring for regular files (false before the first file I/O) */
   const char *compiler; /* compiler that built weft */
+  /*
+   * Where the carriers run: "free" (anywhere in the affinity mask), or the
+   * CPU of carrier 0, 1, ... in order as a list ("0,1"; for "cores" once
+   * the runtime has started, "cores" before); "invalid" when WEFT_PLACES
+   * cannot be parsed (carriers are then free, with a warning at start).
+   */
+  char places[256];
 } weft_info;
 
 /* Fill *out; starts nothing (fields that need a started runtime say so). -EINVAL for NULL. */

@@ -6,7 +6,11 @@ comment above it. This script lays those comments out as Markdown, section by
 section (the header's banner comments), each declaration with the comment
 that documents it. `make docs` runs it; CI checks that docs/api.md is current.
 
-Usage: apidoc.py HEADER OUTPUT        (or --check: exit 1 if OUTPUT is stale)
+Usage: apidoc.py [--check] [--settings SETTINGS_C] HEADER OUTPUT
+  --check     exit 1 if OUTPUT is stale instead of writing it
+  --settings  end the reference with a "Settings" section made from the
+              table of every WEFT_* setting in SETTINGS_C (src/base/settings.c),
+              the one place where a setting's default, range and meaning live
 """
 import re
 import sys
@@ -128,9 +132,60 @@ def render(items, header_name):
     return "\n".join(out).rstrip() + "\n"
 
 
+ROW = re.compile(r'\{"(WEFT_\w+)",\s*(S_\w+),\s*(NO_CFG|CFG\((\w+)\)),\s*OUT\(\w+\),\s*'
+                 r'([^,]+),\s*([^,]+),\s*([^,]+),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\}', re.S)
+KINDS = {"S_BOOL": "on/off", "S_COUNT": "count", "S_SIZE": "bytes (k, m, g)", "S_LEVEL": "0 to 2, or on/off",
+         "S_MS0": "ms (0: off)", "S_TEXT": "text"}
+
+
+def number(text):
+    t = text.strip().replace("UINT32_MAX", "2^32 - 1")
+    for unit in ("KIB", "MIB", "GIB"):
+        t = t.replace(f" * {unit}", f" {unit[0]}iB")
+    return t
+
+
+def settings_section(path):
+    """The Settings section: one row per entry of settings.c's table."""
+    with open(path) as f:
+        src = f.read()
+    rows = ROW.findall(src)
+    if not rows:
+        sys.exit(f"apidoc.py: no settings table in {path}")
+    out = ["## Settings", "",
+           "Generated from the table in `src/base/settings.c`, the one place where a setting is defined. "
+           "Each setting is read when the part of weft that uses it starts: "
+           "the `weft_config` field when `weft_configure` set it, else the environment variable when its "
+           "value parses and lies in range, else the default.", "",
+           "| variable | `weft_config` field | kind | default | what it does |", "|---|---|---|---|---|"]
+    for env, kind, _, field, dflt, least, most, doc in rows:
+        text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', doc)).replace("\\", "\\")
+        d = number(dflt)
+        if kind == "S_BOOL":
+            d = "on" if d == "1" else "off"
+        elif kind == "S_TEXT":
+            d = "unset"
+        elif kind == "S_COUNT" and d == "0":
+            d = "see right"
+        rng = "" if kind in ("S_BOOL", "S_TEXT", "S_LEVEL", "S_MS0") else f" ({number(least)} to {number(most)})"
+        out.append(f"| `{env}` | {'`' + field + '`' if field else 'environment only'} | {KINDS.get(kind, kind)}{rng} "
+                   f"| {d} | {text} |")
+    return "\n".join(out) + "\n"
+
+
 def main():
-    args = [a for a in sys.argv[1:] if a != "--check"]
-    check = "--check" in sys.argv
+    argv = sys.argv[1:]
+    check = "--check" in argv
+    argv = [a for a in argv if a != "--check"]
+    settings = None
+    if "--settings" in argv:
+        i = argv.index("--settings")
+        if i + 1 >= len(argv):
+            print(__doc__, file=sys.stderr)
+            return 2
+        settings = argv[i + 1]
+        del argv[i:i + 2]
+    args = argv
     if len(args) != 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -145,6 +200,8 @@ def main():
     intro += ("\n\nVersion: `WEFT_VERSION_STRING` (" + version.group(1) + "), with `WEFT_VERSION_MAJOR`, "
               "`WEFT_VERSION_MINOR` and `WEFT_VERSION_PATCH`.") if version else ""
     doc = doc.replace("\n## ", "\n## Conventions\n\n" + intro + "\n\n## ", 1)
+    if settings:
+        doc += "\n" + settings_section(settings)
     if check:
         try:
             with open(output) as f:

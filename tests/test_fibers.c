@@ -13,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifdef WEFT_HAVE_OPENMP
 #include <omp.h>
@@ -229,6 +232,71 @@ static void test_max_parallel(void) {
   memset(&c, 0, sizeof c);
   CU_ASSERT_EQUAL(weft_pmap(64, crowd_fn, &c, &blocking), 0);
   if (weft_test_fibers_expected()) CU_ASSERT(atomic_load(&c.peak) > 32);
+}
+
+/*
+ * A bounded blocking map whose slice was kept for a carrier that had gone to
+ * sleep without taking its share (found by the stress suite, one run in a
+ * few hundred): the carrier looked for work just before the map opened, so
+ * the map's wake-up missed it (it was not asleep yet); it then looked once
+ * more before sleeping, while the map was at its bound, and slept; the
+ * map's fibers left that carrier's slice alone, as for a carrier on its
+ * way, and the map never finished. Here carrier 1 is held between its last
+ * look and its sleep until the map is open and full. In a child, with an
+ * alarm, so that a hang fails the test instead of stalling the suite.
+ */
+static atomic_int hold_state; /* 0 not yet, 1 carrier 1 is held, 2 let go */
+
+static void hold_carrier_1(unsigned carrier) {
+  if (carrier != 1 || atomic_load(&hold_state) == 2) return;
+  atomic_store(&hold_state, 1);
+  while (atomic_load(&hold_state) != 2) weft_test_sleep_ms(1);
+}
+
+static int ten_ms(void *ctx, size_t i) {
+  (void)ctx;
+  (void)i;
+  return weft_sleep_ns(10 * 1000000LL);
+}
+
+static void *bounded_map_thread(void *arg) {
+  weft_pmap_opts o = blocking;
+  o.max_parallel = 1;
+  *(int *)arg = weft_pmap(4, ten_ms, NULL, &o); /* slices {0, 1} and {2, 3} */
+  return NULL;
+}
+
+static void bounded_map_child(void *arg) {
+  (void)arg;
+  alarm(20);
+  weft__test_before_sleep = hold_carrier_1;
+  weft_config cfg;
+  weft_config_init(&cfg);
+  cfg.carriers = 2;
+  if (weft_configure(&cfg) != 0 || !weft_fibers_available()) _exit(3);
+  while (atomic_load(&hold_state) != 1) weft_test_sleep_ms(1); /* carrier 1 idle, not asleep */
+  int rc = -1;
+  pthread_t t;
+  if (pthread_create(&t, NULL, bounded_map_thread, &rc) != 0) _exit(3);
+  while (weft__sources_open() == 0) weft_test_sleep_ms(1);
+  weft_test_sleep_ms(5); /* carrier 0 holds the map's one place */
+  atomic_store(&hold_state, 2);
+  pthread_join(t, NULL);
+  if (rc != 0) _exit(2);
+  weft_shutdown();
+}
+
+static void test_bounded_map_sleeping_carrier(void) {
+  if (!weft_test_fibers_expected()) return;
+  if (weft_test_qemu()) {
+    printf("\n    skipped: qemu-user cannot fork a threaded guest");
+    return;
+  }
+  char err[2048];
+  int st = weft_test_child(bounded_map_child, NULL, err, sizeof err);
+  CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    printf("\n  status %#x (signal %d is SIGALRM: the map never finished):\n%s\n", st, SIGALRM, err);
 }
 
 /* --- waits across kinds and contexts ---------------------------------------------------------- */
@@ -486,6 +554,7 @@ int main(int argc, char **argv) {
       {"hundred_thousand", test_hundred_thousand},
       {"blocking_errors", test_blocking_errors},
       {"max_parallel", test_max_parallel},
+      {"bounded_map_sleeping_carrier", test_bounded_map_sleeping_carrier},
       {"fiber_runs_cpu_map", test_fiber_runs_cpu_map},
 #ifdef WEFT_HAVE_OPENMP
       {"omp_task_waits_on_fiber", test_omp_task_waits_on_fiber},

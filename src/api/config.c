@@ -5,9 +5,12 @@
  */
 #include "../base/internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
+#include "../base/places.h"
 #include "../base/settings.h"
+#include "../base/sys.h"
 #include "../cpu/cpu.h"
 #include "../fiber/fiber.h"
 #include "../fiber/stack.h"
@@ -40,5 +43,15 @@ int weft_get_info(weft_info *out) {
   out->carriers = s.carriers;
   out->io_uring = weft__uring_in_use();
   out->compiler = WEFT_COMPILER_NAME;
+  weft__places *p = weft__malloc(sizeof *p); /* 2 KiB: not on a fiber's stack */
+  if (!p) {
+    snprintf(out->places, sizeof out->places, "%s", "unknown");
+    return 0;
+  }
+  if (weft__fibers_places(p) || weft__places_parse(s.places, p) == 0)
+    weft__places_format(p, out->places, sizeof out->places);
+  else
+    snprintf(out->places, sizeof out->places, "%s", "invalid");
+  weft__free(p);
   return 0;
 }

@@ -115,10 +115,26 @@ static bool gang_has_work(gang *g, bool anywhere) {
   return false;
 }
 
-static bool gang_wants(weft__source *src) {
+/* Is every index claimed? (Slices only shrink.) */
+static bool gang_drained(gang *g) {
+  for (size_t j = 0; j < g->nslices; j++)
+    if (atomic_load_explicit(&g->slice[j].next, memory_order_relaxed) < g->slice[j].end) return false;
+  return true;
+}
+
+/*
+ * Asked by a carrier before it sleeps, which attaches it: its slice is no
+ * longer kept for it (it may have looked for work just before the gang
+ * opened, so that the gang's wake-up missed it, and find the gang at its
+ * bound now; asleep, it would never come for its slice). Asked by another
+ * thread: is any index left to start, below the bound?
+ */
+static bool gang_wants(weft__source *src, bool carrier) {
   gang *g = weft__container_of(src, gang, src);
-  return !atomic_load_explicit(&g->closed, memory_order_relaxed) &&
-         atomic_load_explicit(&g->live, memory_order_relaxed) < g->max_live && gang_has_work(g, true);
+  if (atomic_load_explicit(&g->closed, memory_order_relaxed)) return false;
+  if (carrier) attach(g, weft__fiber_carrier_id() % g->nslices);
+  return atomic_load_explicit(&g->live, memory_order_relaxed) < g->max_live &&
+         (carrier ? gang_has_work(g, true) : !gang_drained(g));
 }
 
 static bool gang_reserve(weft__source *src, bool idle) {
@@ -159,13 +175,6 @@ static bool gang_unreserve(weft__source *src) {
   atomic_store_explicit(&g->starved, true, memory_order_relaxed);
   gang_close(g);
   return gang_leave(g);
-}
-
-/* Is every index claimed? (Slices only shrink.) */
-static bool gang_drained(gang *g) {
-  for (size_t j = 0; j < g->nslices; j++)
-    if (atomic_load_explicit(&g->slice[j].next, memory_order_relaxed) < g->slice[j].end) return false;
-  return true;
 }
 
 /*

@@ -119,6 +119,11 @@ static void *thread_trampoline(void *p) {
 }
 
 int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg) {
+  return weft__thread_start_on(t, stack_size, -1, name, fn, arg);
+}
+
+int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *name, void *(*fn)(void *),
+                          void *arg) {
   pthread_once(&threads_once, threads_register);
   thread_start *ts = weft__malloc(sizeof *ts);
   if (!ts) return -ENOMEM;
@@ -129,6 +134,14 @@ int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *
   if (rc != 0) {
     weft__free(ts);
     return -rc;
+  }
+  if (cpu >= 0 && cpu < CPU_SETSIZE) {
+    /* Placed from its first instruction: the pages it touches first are its CPU's node's. */
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+    if (rc != 0) cpu = -2; /* started unplaced, and said so */
   }
   if (stack_size) {
     rc = pthread_attr_setstacksize(&attr, stack_size);
@@ -151,6 +164,14 @@ int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *
   pthread_sigmask(SIG_SETMASK, &all, &old);
   atomic_fetch_add(&live_threads, 1);
   rc = weft__pthread_create(t, &attr, thread_trampoline, ts);
+  if (rc == EINVAL && cpu >= 0) {
+    /* The CPU is not one this process may use (glibc fails the create): start it unplaced. */
+    pthread_attr_destroy(&attr);
+    pthread_attr_init(&attr);
+    if (stack_size) pthread_attr_setstacksize(&attr, stack_size);
+    rc = weft__pthread_create(t, &attr, thread_trampoline, ts);
+    cpu = -2;
+  }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
@@ -163,5 +184,5 @@ int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *
     snprintf(n16, sizeof n16, "%s", name);
     pthread_setname_np(*t, n16);
   }
-  return 0;
+  return cpu == -2 ? 1 : 0;
 }

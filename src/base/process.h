@@ -21,6 +21,15 @@
 int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg);
 
 /*
+ * The same, with the new thread's affinity set to the one CPU `cpu` from its
+ * start (cpu < 0: inherited, as weft__thread_start). Returns 0, 1 when the
+ * thread started but not on that CPU (one the process may not use: it then
+ * has the inherited mask), or a negative errno.
+ */
+int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *name, void *(*fn)(void *),
+                          void *arg);
+
+/*
  * Threads started by weft__thread_start whose function has not returned yet
  * (tests check that weft_shutdown leaves none, but the one that is kept on
  * purpose: the host of weft's OpenMP team under libomp, see cpu_omp.c).

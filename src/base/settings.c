@@ -13,6 +13,7 @@
  */
 #include "settings.h"
 
+#include "places.h"
 #include "process.h"
 
 #include <limits.h>
@@ -28,7 +29,7 @@ enum {
   S_SIZE,  /* bytes, with an optional k, m or g suffix; weft_config: 0 unset */
   S_LEVEL, /* 0 to max, or a bool word (on is 1); environment only */
   S_MS0,   /* milliseconds, where 0 is a value (off); environment only */
-  S_TEXT,  /* a word that its owner parses (and warns about); environment only */
+  S_TEXT,  /* a word that its owner parses (and warns about); weft_config: NULL unset (copied) */
 };
 
 #define NO_CFG SIZE_MAX
@@ -82,11 +83,24 @@ static const setting table[] = {
     {"WEFT_DUMP_SIGNAL", S_TEXT, NO_CFG, OUT(dump_signal), 0, 0, 0,
      "a signal (SIGUSR1, or a number) on which weft writes weft_dump's report to stderr and goes on; "
      "default: none"},
+    {"WEFT_PLACES", S_TEXT, CFG(places), OUT(places), 0, 0, 0,
+     "cores: carrier k pinned to the k-th CPU of the affinity mask; or a CPU list (0,2,4-7): carrier k "
+     "to its k-th CPU; default: carriers free in the mask"},
 };
 #define NSETTINGS (sizeof table / sizeof table[0])
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static weft_config configured = {.fibers = -1, .trace_pinned = -1, .io_uring = -1};
+/* The configured text settings' own copies (configured's pointers point here). */
+static char configured_text[NSETTINGS][WEFT__SETTING_TEXT];
+
+/* Text from the environment or a configuration, into a weft__settings field; too long is never cut. */
+static void store_text(char *dst, const char *src) {
+  if (strlen(src) < WEFT__SETTING_TEXT)
+    memcpy(dst, src, strlen(src) + 1);
+  else
+    snprintf(dst, WEFT__SETTING_TEXT, "%s", "<too long>"); /* which no owner's parser takes */
+}
 
 void weft__settings_config_init(weft_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -186,9 +200,10 @@ void weft__settings_get(weft__settings *s) {
   for (size_t i = 0; i < NSETTINGS; i++) {
     const setting *t = &table[i];
     if (t->kind == S_TEXT) {
-      const char *e = getenv(t->env);
-      char *p = (char *)s + t->out;
-      if (e) snprintf(p, WEFT__SETTING_TEXT, "%s", e);
+      const char *v =
+          t->cfg != NO_CFG ? *(const char *const *)(const void *)((const char *)&c + t->cfg) : NULL;
+      if (!v) v = getenv(t->env);
+      if (v) store_text((char *)s + t->out, v);
       continue;
     }
     store(t, s, value(t, &c));
@@ -202,6 +217,11 @@ int weft__settings_configure(const weft_config *cfg, bool (*busy)(void)) {
     const setting *t = &table[i];
     if (t->cfg == NO_CFG) continue;
     const char *p = (const char *)cfg + t->cfg;
+    if (t->kind == S_TEXT) {
+      const char *text = *(const char *const *)(const void *)p;
+      if (text && strlen(text) >= WEFT__SETTING_TEXT) return -EINVAL;
+      continue;
+    }
     long long v = t->kind == S_BOOL   ? *(const int *)(const void *)p
                   : t->kind == S_SIZE ? (long long)*(const size_t *)(const void *)p
                                       : (long long)*(const unsigned *)(const void *)p;
@@ -210,13 +230,22 @@ int weft__settings_configure(const weft_config *cfg, bool (*busy)(void)) {
   }
   /* More carriers than the bound that will apply (the given one, else the environment's or the default). */
   if (cfg->carriers > value(find("WEFT_MAX_CARRIERS"), cfg)) return -EINVAL;
+  weft__places places;
+  if (weft__places_parse(cfg->places, &places) < 0) return -EINVAL;
   pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&mu);
   int rc = 0;
   if (busy && busy())
     rc = -EBUSY;
-  else
+  else {
     configured = *cfg;
+    for (size_t i = 0; i < NSETTINGS; i++) {
+      const setting *t = &table[i];
+      if (t->kind != S_TEXT || t->cfg == NO_CFG) continue;
+      const char **v = (const char **)(void *)((char *)&configured + t->cfg);
+      if (*v) *v = memcpy(configured_text[i], *v, strlen(*v) + 1);
+    }
+  }
   pthread_mutex_unlock(&mu);
   return rc;
 }

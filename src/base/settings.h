@@ -11,7 +11,7 @@
 #include "internal.h"
 
 /* Room for a word-valued setting (longer values are cut). */
-#define WEFT__SETTING_TEXT 32
+#define WEFT__SETTING_TEXT 256
 
 typedef struct weft__settings {
   bool fibers;               /* WEFT_FIBERS */
@@ -26,6 +26,7 @@ typedef struct weft__settings {
   unsigned deadlock_ms; /* WEFT_DEADLOCK_MS: report fibers parked with nothing to wake them; 0 off */
   char stack_guard[WEFT__SETTING_TEXT]; /* WEFT_STACK_GUARD as given ("" unset): fiber/stack.c parses it */
   char dump_signal[WEFT__SETTING_TEXT]; /* WEFT_DUMP_SIGNAL as given ("" unset): api/inspect.c parses it */
+  char places[WEFT__SETTING_TEXT];      /* WEFT_PLACES as given ("" unset): base/places.c parses it */
 } weft__settings;
 
 /* The settings in force now. Any thread. */

@@ -7,6 +7,7 @@
 #define WEFT_FIBER_FIBER_H
 
 #include "../base/internal.h"
+#include "../base/places.h"
 #include "../sync/wait.h"
 
 struct weft__fiber;
@@ -114,11 +115,15 @@ typedef struct weft__source_ops {
    */
   bool (*reserve)(struct weft__source *s, bool idle);
   /*
-   * Would reserve(s, true) succeed now? No side effect. A carrier asks it,
+   * Would reserve(s, true) succeed now? A carrier asks it (`carrier` true),
    * under the source lock, before it sleeps: a source it cannot serve (at
    * its limit, or with work only for other carriers) must not keep it awake.
+   * A source that keeps work for carriers on their way must count the asking
+   * carrier as arrived then (it is about to sleep, and the source's wake-up
+   * may have missed it). Another thread (the deadlock monitor, `carrier`
+   * false) asks whether any work is left to start; no side effect then.
    */
-  bool (*wants)(struct weft__source *s);
+  bool (*wants)(struct weft__source *s, bool carrier);
   /*
    * The place reserved was not used (no stack could be had). Returns true
    * when that made the source finished (its last place given back with
@@ -179,6 +184,9 @@ int weft__fibers_start(const weft__fiber_hooks *h);
 
 /* True when the runtime is running (no start attempt). */
 bool weft__fibers_running(void);
+
+/* Where the carriers run (base/places.h), into *out: true while the runtime runs, else false. */
+bool weft__fibers_places(weft__places *out);
 
 /*
  * Queue fibers to run. From a carrier they go on its own queue (others steal

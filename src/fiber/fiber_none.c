@@ -20,6 +20,10 @@ int weft__fibers_start(const weft__fiber_hooks *h) {
   return -ENOSYS;
 }
 bool weft__fibers_running(void) { return false; }
+bool weft__fibers_places(weft__places *out) {
+  WEFT__UNUSED(out);
+  return false;
+}
 int weft__fiber_spawn(weft__fiber *f) {
   WEFT__UNUSED(f);
   return -ENOSYS;

@@ -194,6 +194,7 @@ weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER, .quiesce_cv = PTHREA
 #define rt weft__rt_state
 
 atomic_uint weft__outside_calls;
+void (*weft__test_before_sleep)(unsigned carrier);
 
 struct weft__poller *weft__fiber_poller(const weft__fiber *f) {
   return &f->home->poller;
@@ -230,6 +231,14 @@ weft__fiber *weft__fiber_self(void) {
 
 bool weft__fibers_running(void) {
   return atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING;
+}
+
+bool weft__fibers_places(weft__places *out) {
+  pthread_mutex_lock(&rt.mu);
+  bool running = atomic_load(&rt.state) == RT_RUNNING;
+  if (running) *out = rt.places;
+  pthread_mutex_unlock(&rt.mu);
+  return running;
 }
 
 unsigned weft_carrier_count(void) {
@@ -401,9 +410,9 @@ int weft__source_open(weft__source *s, unsigned want) {
 /* Does any open source want a fiber from an idle carrier? (Before it sleeps: see work_visible.) */
 bool weft__sources_want(void) {
   if (atomic_load(&rt.nsources) == 0) return false;
-  bool w = false;
+  bool w = false, carrier = tls_carrier != NULL;
   weft__lock_acquire(&rt.src_lock);
-  for (weft__source *s = rt.sources.head; s && !w; s = s->next) w = s->ops->wants(s);
+  for (weft__source *s = rt.sources.head; s && !w; s = s->next) w = s->ops->wants(s, carrier);
   weft__lock_release(&rt.src_lock);
   return w;
 }
@@ -1196,6 +1205,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       if (wake_at < 0 || trim_at < wake_at) wake_at = trim_at;
     }
 
+    if (WEFT__UNLIKELY(weft__test_before_sleep != NULL)) weft__test_before_sleep(c->id);
     /* Announce the sleep, then look once more (the Dekker pair with wakers). */
     weft__poller_prepare_sleep(&c->poller);
     if (work_visible(c) || atomic_load(&rt.exit) || atomic_load(&rt.ending)) {
@@ -1297,7 +1307,17 @@ int weft__carrier_start_locked(bool extra) {
   char name[32];
   snprintf(name, sizeof name, extra ? "weft-extra-%u" : "weft-carrier-%u", id);
   atomic_store(&c->status, WEFT__C_RUNNING);
-  int rc = weft__thread_start(&c->thread, 0, name, carrier_main, c);
+  /* A regular carrier starts on its place (WEFT_PLACES); compensation carriers are never placed. */
+  int cpu = !extra && rt.places.n ? (int)rt.places.cpu[id % rt.places.n] : -1;
+  int rc = weft__thread_start_on(&c->thread, 0, cpu, name, carrier_main, c);
+  if (rc == 1) {
+    if (!atomic_exchange(&rt.warned_pin, true))
+      weft__warn(
+          "WEFT_PLACES: carrier %u could not be placed on CPU %d (not in the process's affinity mask); "
+          "it runs unplaced",
+          id, cpu);
+    rc = 0;
+  }
   if (rc < 0) {
     atomic_store(&c->status, WEFT__C_JOINED);
     if (id == n) {
@@ -1390,6 +1410,16 @@ int weft__fibers_start(const weft__fiber_hooks *h) {
     goto fail;
   }
   rt.settings = s;
+  static bool warned_places; /* once per process: under rt.mu */
+  if (weft__places_parse(s.places, &rt.places) < 0 || weft__places_resolve(&rt.places) < 0) {
+    if (!warned_places)
+      weft__warn("WEFT_PLACES=%s: neither 'cores' nor a CPU list such as 0,2,4-7; carriers are not pinned",
+                 s.places);
+    warned_places = true;
+    rt.places.n = 0;
+    rt.places.cores = false;
+  }
+  atomic_store(&rt.warned_pin, false);
   /* Keep the gdb extension's table (debug.c) in a static link too: this is its one reference. */
   __asm__ volatile("" : : "r"(weft__debug_layout) : "memory");
   atomic_store_explicit(&weft__coarse_now, weft__mono_ns(),

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 
+#include "../base/places.h"
 #include "../base/settings.h"
 #include "../poll/poller.h"
 #include "../base/lock.h"
@@ -114,6 +115,7 @@ typedef struct weft__rt {
   atomic_bool exit;                     /* carriers leave their loop (shutdown, after live reached 0) */
   atomic_bool ending;                   /* the process is ending without shutdown: carriers stop (sched.c) */
   weft__settings settings;              /* resolved at start */
+  weft__places places;                  /* where carrier k runs (WEFT_PLACES), resolved at start */
   weft__carrier **carriers;             /* cap slots; the first ncarriers are valid */
   unsigned cap;                         /* max_carriers */
   atomic_uint ncarriers;                /* carriers created (published with release) */
@@ -134,6 +136,7 @@ typedef struct weft__rt {
   atomic_uint nextra;                         /* compensation carriers running */
   bool warned_fewer;                          /* said once that fewer carriers started */
   bool warned_fallback;                       /* said once that fibers could not start */
+  atomic_bool warned_pin;                     /* said once that a carrier could not be pinned */
 } weft__rt;
 
 /* The scheduler's state: sched.c's, and the gdb extension's layout table's (debug.c); nothing else reads it.
@@ -167,6 +170,13 @@ void weft__carriers_reap_locked(void);
 
 /* Would an open source give an idle carrier a fiber now? (Takes the source lock.) */
 bool weft__sources_want(void);
+
+/*
+ * Tests only: called by a carrier that found nothing to do, just before it
+ * announces its sleep and looks for work once more (NULL: nothing). A test holds a carrier there to open the
+ * window between its last look and its sleep. Set before the runtime starts.
+ */
+extern void (*weft__test_before_sleep)(unsigned carrier);
 
 /* Fibers started and not ended plus unstarted ones queued; updates the sampled peak. */
 uint64_t weft__fibers_now(void);
