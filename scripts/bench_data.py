@@ -292,6 +292,51 @@ def summary_pmap(g, out):
     return targets
 
 
+SMALL_SIZES = (10, 100, 1000, 10000, 100000, 1000000)
+
+
+def summary_small_maps(g, out):
+    """Issue 15: weft against the best of the others at every n, and EPCC's overhead figures."""
+    if not g.has(pmap_name("Seq", 10)):
+        return []
+    out.append("CPU map at every size (bm_pmap), items/s (median): weft_pmap against the best of the others")
+    out.append("  %-9s %11s %11s %11s %11s %11s  %-22s %s" % ("n", "sequential", "omp for", "taskloop", "tbb",
+                                                              "weft_pmap", "best other", "weft / best"))
+    targets = []
+    worst_small, worst_large = None, None
+    for n in SMALL_SIZES:
+        vals = {impl: g.counter(pmap_name(impl, n), "items_per_second") for impl, _ in PMAP_IMPLS}
+        others = [(v, label) for (impl, label) in PMAP_IMPLS[:-1] for v in [vals[impl]] if v is not None]
+        best = max(others) if others else (None, "-")
+        r = ratio(vals["WeftPmap"], best[0])
+        cells = tuple("-" if vals[i] is None else "%.3g" % vals[i] for i, _ in PMAP_IMPLS)
+        out.append("  %-9d %11s %11s %11s %11s %11s  %-22s %s" % ((n,) + cells + (best[1], fmt_x(r))))
+        if r is not None:
+            if n < 10000:
+                worst_small = r if worst_small is None else min(worst_small, r)
+            else:
+                worst_large = r if worst_large is None else min(worst_large, r)
+    targets.append(("weft >= 0.95x the best other at n = 10 .. 1000 (the worst n)", worst_small,
+                    verdict(worst_small, lambda v: v >= 0.95), None))
+    targets.append(("weft >= 0.98x the best other at n = 10^4 .. 10^6 (the worst n)", worst_large,
+                    verdict(worst_large, lambda v: v >= 0.98), None))
+    ov = {k: g.counter("BM_Epcc_%s/real_time" % k, "overhead_ns") for k in
+          ("ParallelFor_Omp", "ParallelFor_Weft", "ParallelFor_WeftAuto", "Task_Omp", "MasterTask_Omp",
+           "TaskMap_Weft", "MasterTask_WeftFuture")}
+    if ov["ParallelFor_Omp"] is not None:
+        out.append("  EPCC overhead (construct around a 0.1 us delay, less the delay), ns: PARALLEL FOR omp %s, "
+                   "weft grain 1 %s, weft auto %s; TASK omp %s, MASTER TASK omp %s, weft task map %s, "
+                   "weft futures %s" % tuple(fmt_ns(ov[k]) for k in ("ParallelFor_Omp", "ParallelFor_Weft",
+                                                                       "ParallelFor_WeftAuto", "Task_Omp",
+                                                                       "MasterTask_Omp", "TaskMap_Weft",
+                                                                       "MasterTask_WeftFuture")))
+        r = ratio(ov["ParallelFor_Weft"], ov["ParallelFor_Omp"])
+        targets.append(("forced parallel call (grain 1): overhead <= 1.2x omp parallel for's", r,
+                        verdict(r, lambda v: v <= 1.2), None))
+    out.append("")
+    return targets
+
+
 FUTURE_CASES = (("BM_FutureCpu/real_time", "CPU future start+get (main thread)"),
                 ("BM_FutureBlocking/real_time", "BLOCKING future start+get (main thread)"),
                 ("BM_FiberSpawnJoin/real_time", "fiber spawn+join (from a fiber)"),
@@ -492,6 +537,7 @@ def cmd_summary(results):
             m.get("openmp_runtime"), m.get("loadavg_before"), m.get("loadavg_after")))
         out.append("")
     targets += summary_pmap(g, out)
+    targets += summary_small_maps(g, out)
     targets += summary_future(g, out)
     targets += summary_sleep(g, out)
     targets += summary_io(g, results, out)

@@ -2,7 +2,8 @@
 # scripts/check-layers must pass on the tree as it is, and fail on a copy of
 # src/ given each kind of wrong include: a lower layer reaching up, a
 # side-by-side layer reaching across, a forbidden system header, a path that
-# leaves src/, and a folder the table does not know.
+# leaves src/, an include cycle inside one folder, and a folder the table
+# does not know.
 #   tests/layers_test.sh        exit 0 ok, 1 failed
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +33,7 @@ case_ "fiber reaches up"      fiber/sched.c '#include "../api/pmap.h"'   "'fiber
 case_ "forbidden header"      fiber/stack.c '#include <omp.h>'           "<omp.h> is not for 'fiber/'"
 case_ "mpi uses internals"    mpi/pmap.c    '#include "../base/sys.h"'   "'mpi/' may not include 'base/'"
 case_ "leaves src"            io/io.c       '#include "../../tests/harness.h"' "leaves src/"
+case_ "include cycle"        base/internal.h '#include "sys.h"'         "include cycle"
 case_ "unknown folder"        extra/new.c   '#include "../base/sys.h"'   "is not in the layer table"
 # A table without the section is an error of its own (2), never a pass.
 rm -rf "$tmp/t" && mkdir -p "$tmp/t/docs" && cp -r "$root/src" "$tmp/t/src" && echo "# no table" >"$tmp/t/docs/architecture.md"

@@ -95,8 +95,8 @@ static bool can_look(void) {
 /* --- specs --------------------------------------------------------------------------- */
 
 static void test_bad_specs(void) {
-  static const char *const bad[] = {"x",   "cores,1", "core", "1-",     "-1",   "3-1", "1,,2", "1,",
-                                    ",1",  "1024",    "0-2000", " 1",  "1 ",   "1;2", "0x1", "1-2-3"};
+  static const char *const bad[] = {"x",  "cores,1", "core",   "1-", "-1", "3-1", "1,,2", "1,",
+                                    ",1", "1024",    "0-2000", " 1", "1 ", "1;2", "0x1",  "1-2-3"};
   char was[256], now[256];
   CU_ASSERT_EQUAL(configure_places("0", 0), 0);
   info_places(was, sizeof was);
@@ -119,9 +119,8 @@ static void test_bad_specs(void) {
 static void test_info(void) {
   static const struct {
     const char *spec, *shown;
-  } cases[] = {{NULL, "free"},         {"", "free"},       {"cores", "cores"}, {"0,2,4-7", "0,2,4-7"},
-               {"3,1", "3,1"},         {"5-5", "5"},       {"0,1,2,3", "0-3"}, {"1023", "1023"},
-               {"7,0-2,9", "7,0-2,9"}};
+  } cases[] = {{NULL, "free"}, {"", "free"},       {"cores", "cores"}, {"0,2,4-7", "0,2,4-7"}, {"3,1", "3,1"},
+               {"5-5", "5"},   {"0,1,2,3", "0-3"}, {"1023", "1023"},   {"7,0-2,9", "7,0-2,9"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     CU_ASSERT_EQUAL(configure_places(cases[i].spec, 0), 0);
     char got[256];
@@ -146,7 +145,8 @@ static void test_cores(void) {
   for (int i = 0; i < c.n; i++) {
     int want = cpu[c.id[i] % ncpu];
     CU_ASSERT_TRUE(only_cpu(&c.mask[i], want));
-    if (!only_cpu(&c.mask[i], want)) printf("\n  carrier %d: %d CPUs, want only %d", c.id[i], CPU_COUNT(&c.mask[i]), want);
+    if (!only_cpu(&c.mask[i], want))
+      printf("\n  carrier %d: %d CPUs, want only %d", c.id[i], CPU_COUNT(&c.mask[i]), want);
     for (int j = 0; j < i && c.n <= ncpu; j++) CU_ASSERT_FALSE(CPU_EQUAL(&c.mask[i], &c.mask[j]));
   }
   char got[256], want[256];
@@ -289,9 +289,14 @@ static void test_env(void) {
 
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
-      {"bad_specs", test_bad_specs},   {"info", test_info},         {"cores", test_cores},
-      {"list_wraps", test_list_wraps}, {"fibers_follow", test_fibers_follow},
-      {"one_cpu_process", test_one_cpu_process}, {"env", test_env}, {NULL, NULL},
+      {"bad_specs", test_bad_specs},
+      {"info", test_info},
+      {"cores", test_cores},
+      {"list_wraps", test_list_wraps},
+      {"fibers_follow", test_fibers_follow},
+      {"one_cpu_process", test_one_cpu_process},
+      {"env", test_env},
+      {NULL, NULL},
   };
   return weft_test_run(argc, argv, "places", tests);
 }

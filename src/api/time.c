@@ -42,6 +42,4 @@ int weft_yield(void) {
 
 bool weft_in_fiber(void) { return weft__fiber_self() != NULL; }
 
-bool weft_cancelled(void) {
-  return atomic_load_explicit(&weft__tctx_self()->cancelled, memory_order_relaxed);
-}
+bool weft_cancelled(void) { return weft__tctx_cancelled(); }

@@ -21,15 +21,15 @@
 #define WEFT__PLACES_MAX 1024
 
 typedef struct weft__places {
-  unsigned n;                      /* CPUs in cpu[]; 0: free (or "cores" not resolved yet) */
-  bool cores;                      /* the spec was "cores" */
-  uint16_t cpu[WEFT__PLACES_MAX];  /* carrier k's CPU is cpu[k % n] */
+  unsigned n;                     /* CPUs in cpu[]; 0: free (or "cores" not resolved yet) */
+  bool cores;                     /* the spec was "cores" */
+  uint16_t cpu[WEFT__PLACES_MAX]; /* carrier k's CPU is cpu[k % n] */
 } weft__places;
 
 /*
- * Parse spec (NULL or "" is free) into *out. 0, or -EINVAL for anything else than the forms above: an empty item, a
- * reversed range, a CPU number of WEFT__PLACES_MAX or more, a list longer
- * than that, or stray characters. Any thread.
+ * Parse spec (NULL or "" is free) into *out. 0, or -EINVAL for anything else than the forms above: an empty
+ * item, a reversed range, a CPU number of WEFT__PLACES_MAX or more, a list longer than that, or stray
+ * characters. Any thread.
  */
 int weft__places_parse(const char *spec, weft__places *out);
 

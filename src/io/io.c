@@ -58,7 +58,7 @@
 static int wait_thread(int fd, short events, int64_t deadline_ns) {
   bool sliced = weft__tctx_in_work();
   for (;;) {
-    if (weft_cancelled()) return -ECANCELED;
+    if (weft__tctx_cancelled()) return -ECANCELED;
     int ms = -1;
     if (deadline_ns == 0) {
       ms = 0;
@@ -167,7 +167,7 @@ static ssize_t attempt(enum op op, int kind, int fd, void *buf, size_t len, int 
 static ssize_t transfer(enum op op, int fd, void *buf, size_t len, int flags, int64_t deadline_ns) {
   if (fd < 0) return -EBADF;
   if ((!buf && len) || !weft__deadline_ok(deadline_ns) || len > SSIZE_MAX) return -EINVAL;
-  if (weft_cancelled()) return -ECANCELED;
+  if (weft__tctx_cancelled()) return -ECANCELED;
   bool reading = op == OP_READ || op == OP_RECV;
   short ev = reading ? POLLIN : POLLOUT;
   int kind = K_SOCKET;
@@ -217,7 +217,7 @@ ssize_t weft_send(int fd, const void *buf, size_t len, int flags, int64_t deadli
 int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadline_ns) {
   if (fd < 0) return -EBADF;
   if ((addr && !addrlen) || !weft__deadline_ok(deadline_ns)) return -EINVAL;
-  if (weft_cancelled()) return -ECANCELED;
+  if (weft__tctx_cancelled()) return -ECANCELED;
   for (;;) {
     /*
      * Accept only once the listener is ready, so that a blocking listener
@@ -252,7 +252,7 @@ int weft_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int64_t deadl
 int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns) {
   if (fd < 0) return -EBADF;
   if (!addr || !weft__deadline_ok(deadline_ns)) return -EINVAL;
-  if (weft_cancelled()) return -ECANCELED;
+  if (weft__tctx_cancelled()) return -ECANCELED;
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
   weft__fiber *self = weft__parkable_self();
@@ -280,7 +280,7 @@ int weft_connect(int fd, const struct sockaddr *addr, socklen_t addrlen, int64_t
 int weft_poll_fd(int fd, short events, int64_t deadline_ns) {
   if (fd < 0) return -EBADF;
   if (!(events & (POLLIN | POLLOUT | POLLPRI)) || !weft__deadline_ok(deadline_ns)) return -EINVAL;
-  if (weft_cancelled()) return -ECANCELED;
+  if (weft__tctx_cancelled()) return -ECANCELED;
   /* Ready already? One poll(2) answers, and works for regular files too. */
   int now = wait_thread(fd, events, 0);
   if (now != -ETIMEDOUT) return now;

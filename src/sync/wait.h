@@ -89,6 +89,11 @@ typedef struct weft__tctx {
 void weft__tctx_init(weft__tctx *tc);
 /* The caller's record: its fiber's, or its OS thread's. Never NULL. */
 weft__tctx *weft__tctx_self(void);
+
+/* Has the running future (or map element) of the calling context been cancelled? (weft_cancelled) */
+static inline bool weft__tctx_cancelled(void) {
+  return atomic_load_explicit(&weft__tctx_self()->cancelled, memory_order_relaxed);
+}
 /* Point this OS thread's record at tc for the duration of a piece of work; returns the old one. */
 weft__tctx *weft__tctx_enter(weft__tctx *tc);
 void weft__tctx_leave(weft__tctx *prev);

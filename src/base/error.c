@@ -3,7 +3,7 @@
  * weft returns its message, in weft's own words where the error has a
  * weft-specific meaning.
  */
-#include "../base/internal.h"
+#include "internal.h"
 
 #include <string.h>
 
