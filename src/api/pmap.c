@@ -137,19 +137,36 @@ static int run_here(weft_index_fn fn, void *ctx, size_t lo, size_t hi) {
   return err;
 }
 
-/*
- * Run element i on the caller and time it; true when it took so much more
- * than the estimate elem_ns that the `rest` elements after it deserve a new
- * decision (model.h, "a site whose elements change").
- */
-static bool first_was_dear(weft_index_fn fn, void *ctx, size_t i, size_t rest, double elem_ns, int *err,
-                           int64_t *took) {
+/* Run element i on the caller; its wall time. */
+static int64_t run_timed(weft_index_fn fn, void *ctx, size_t i, int *err) {
   int64_t a = weft_now_ns();
   int rc = fn(ctx, i);
-  *took = weft_now_ns() - a;
   if (WEFT__UNLIKELY(rc != 0) && *err == 0) *err = rc;
-  return (double)*took > WEFT__MODEL_WATCH_FACTOR * elem_ns &&
-         (double)*took * (double)rest >= WEFT__MODEL_WATCH_PAYS_NS;
+  return weft_now_ns() - a;
+}
+
+/*
+ * Run the first elements of [i, n) on the caller, timed (model.h, "a site
+ * whose elements change"): true when they took so much more than the
+ * estimate elem_ns that the rest deserves a new decision. The first element
+ * decides whether to look at a second; only when both were dear (one alone
+ * may have been preempted) is it true, with *took the shorter of the two.
+ * *ran: how many ran (1 or 2).
+ */
+static bool first_was_dear(weft_index_fn fn, void *ctx, size_t i, size_t n, double elem_ns, int *err,
+                           int64_t *took, size_t *ran) {
+  double bar = WEFT__MODEL_WATCH_FACTOR * elem_ns;
+  int64_t t = run_timed(fn, ctx, i, err);
+  *ran = 1;
+  if (!((double)t > bar && (double)t * (double)(n - i - 1) >= WEFT__MODEL_WATCH_PAYS_NS)) return false;
+  if (i + 2 < n) {
+    int64_t t2 = run_timed(fn, ctx, i + 1, err);
+    *ran = 2;
+    if (!((double)t2 > bar)) return false;
+    if (t2 < t) t = t2;
+  }
+  *took = t;
+  return true;
 }
 
 /* --- EXPLAIN ------------------------------------------------------------------------ */
@@ -213,7 +230,7 @@ typedef struct explain_rec {
   weft__model_out out;
   double took_ns;  /* measured wall time of the call */
   double stall_ns; /* the stalls' share in the fork costs */
-  double dear_ns;  /* > 0: the first element on the caller took this long, and the rest was decided again */
+  double dear_ns;  /* > 0: the first elements on the caller took this long, and the rest was decided again */
   double was_ns;   /* ... where the estimate had been this */
 } explain_rec;
 
@@ -245,8 +262,8 @@ static void explain_print(const explain_rec *e) {
     EMIT(": ");
   }
   if (e->dear_ns > 0)
-    EMIT("the first element took %s, not %s: decided again for the other %zu: ",
-         fmt_ns(a, sizeof a, e->dear_ns), fmt_ns(b, sizeof b, e->was_ns), e->n - 1);
+    EMIT("the first elements took %s each, not %s: decided again for the rest: ",
+         fmt_ns(a, sizeof a, e->dear_ns), fmt_ns(b, sizeof b, e->was_ns));
   if (o->workers > 1)
     EMIT("ran on %u workers in %s (%s)", o->workers, fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
   else if (o->why == WEFT__WHY_COLD)
@@ -311,8 +328,8 @@ static void cache_caller_bound(cpu_site *s, size_t n, const weft__model_out *o) 
 
 /*
  * done0 elements (the lowest) ran on the caller already, with result err0:
- * the hot path's watched first element, dear_ns long, where the estimate
- * was was_ns (model.h); 0, 0, 0, 0 for a whole call.
+ * the hot path's watched first elements, dear_ns long each, where the
+ * estimate was was_ns (model.h); 0, 0, 0, 0 for a whole call.
  */
 static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, void *ctx, int explain,
                          const void *pc, size_t done0, int err0, double dear_ns, double was_ns) {
@@ -370,7 +387,9 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, 
 decide:;
   weft__model_in in = {
       .n = n - done,
-      .elem_ns = s->elem_ns > 0 ? s->elem_ns : 1,
+      .elem_ns = dear_ns > 0      ? dear_ns
+                 : s->elem_ns > 0 ? s->elem_ns
+                                  : 1, /* this call's own cost first */
       .team = team.size,
       .idle = team.idle,
       .fork_ns = fork_ns,
@@ -402,12 +421,14 @@ decide:;
     if (dear_ns == 0 && done + 1 < n && team.size > 1 && out.why != WEFT__WHY_BUSY &&
         (double)(n - done) * in.elem_ns >= WEFT__MODEL_WATCH_MIN_NS) {
       int64_t took;
-      bool dear = first_was_dear(fn, ctx, done, n - done - 1, in.elem_ns, &err, &took);
-      done++;
+      size_t ran;
+      bool dear = first_was_dear(fn, ctx, done, n, in.elem_ns, &err, &took, &ran);
+      done += ran;
       if (dear) {
         was_ns = in.elem_ns;
         dear_ns = (double)took;
-        s->elem_ns = dear_ns; /* for this decision; the rest's own timing corrects it */
+        /* The decision takes this call's cost; the estimate moves as for any sample (bounded). */
+        s->elem_ns = weft__model_average(s->elem_ns, dear_ns);
         t_rest = weft_now_ns();
         goto decide;
       }
@@ -478,13 +499,14 @@ static int cpu_auto(size_t n, weft_index_fn fn, void *ctx, unsigned flags, const
     if (WEFT__LIKELY(n < s->watch_n)) return run_here(fn, ctx, 0, n);
     int err = 0;
     int64_t took;
-    if (WEFT__LIKELY(!first_was_dear(fn, ctx, 0, n - 1, s->elem_ns, &err, &took))) {
-      int rc = run_here(fn, ctx, 1, n);
+    size_t ran;
+    if (WEFT__LIKELY(!first_was_dear(fn, ctx, 0, n, s->elem_ns, &err, &took, &ran))) {
+      int rc = run_here(fn, ctx, ran, n);
       return err ? err : rc;
     }
     double was = s->elem_ns;
-    s->elem_ns = (double)took;
-    return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, 1, err, (double)took, was);
+    s->elem_ns = weft__model_average(s->elem_ns, (double)took);
+    return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, ran, err, (double)took, was);
   }
   return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, 0, 0, 0, 0);
 }

@@ -97,10 +97,14 @@
  * elements become dear (16 elements of 100 ns, then 16 of 10 ms: 160 ms on
  * the caller where two workers take 80). So a run on the caller that is
  * expected to take WATCH_MIN_NS or more times its first element (two clock
- * reads, at most 5% of such a call), and when that element took over
+ * reads, at most 5% of such a call); when that element took over
  * WATCH_FACTOR times the estimate and the rest at its cost would be
- * WATCH_PAYS_NS or more, the model decides again for the rest with the new
- * cost, once per call. Calls expected under WATCH_MIN_NS are not watched
+ * WATCH_PAYS_NS or more, it times the second too (one element alone may
+ * just have been preempted: seen in the GPars loop, a 69 us element among
+ * 30 ns ones), and when both were dear the model decides again for the
+ * rest with the new cost, once per call. The site's estimate moves towards
+ * that cost by the usual bounded average, so a preempted pair cannot poison
+ * it for the calls to come. Calls expected under WATCH_MIN_NS are not watched
  * (the reads would be a tenth of a 0.3 us map): they are corrected at their
  * next timed call, after at most 7 (or 63) calls.
  *
