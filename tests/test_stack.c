@@ -1051,11 +1051,39 @@ static void test_fault_altstack(void) {
 }
 #endif /* WEFT_TESTING */
 
+/* A stack returned twice would go to two fibers: debug builds end the process there (WEFT__ASSERT). */
+static void freed_twice_child(void *arg) {
+  (void)arg;
+  void *base, *cookie;
+  size_t size;
+  if (weft__stack_init(64 * 1024) != 0 || weft__stack_alloc(&base, &size, &cookie) != 0) _exit(3);
+  weft__stack_free(cookie);
+  weft__stack_free(cookie);
+  _exit(0);
+}
+
+static void test_freed_twice(void) {
+#if !defined(WEFT_TESTING) && defined(NDEBUG)
+  printf("\n    skipped: a Release build has no debug checks");
+  return;
+#endif
+  if (weft_test_qemu()) {
+    printf("\n    skipped: qemu-user cannot fork a threaded guest");
+    return;
+  }
+  char err[2048];
+  int st = weft_test_child(freed_twice_child, NULL, err, sizeof err);
+  CU_ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "assertion failed: s->taken"));
+  if (!strstr(err, "assertion failed: s->taken")) printf("\n  status %#x:\n%s\n", st, err);
+}
+
 int main(int argc, char **argv) {
   const char *g = getenv("WEFT_STACK_GUARD");
   outer_guard_env = g ? strdup(g) : NULL;
   static const weft_test tests[] = {
       {"alloc_free_reuse", test_alloc_free_reuse},
+      {"freed_twice", test_freed_twice},
       {"sizes", test_sizes},
       {"top_aligned_writable", test_top_aligned_writable},
       {"many_trimmed", test_many_trimmed},

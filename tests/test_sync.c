@@ -16,8 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <signal.h>
 
 #include "harness.h"
+#include "base/lock.h"
 #include "base/sys.h"
 
 #define MS 1000000LL
@@ -1599,6 +1602,71 @@ static void static_init_body(void) {
 
 static void test_static_init(void) { both_modes(static_init_body); }
 
+/* --- the lock order, checked in debug builds (WEFT__ASSERT; a stack freed twice: the stack suite) --- */
+
+static void two_leaves(void *arg) {
+  (void)arg;
+  static weft__lock a, b;
+  weft__lock_init(&a, WEFT__LOCK_LEAF);
+  weft__lock_init(&b, WEFT__LOCK_LEAF);
+  weft__lock_acquire(&a);
+  weft__lock_acquire(&b); /* two leaves at once: against the order */
+  _exit(0);
+}
+
+static void object_under_leaf(void *arg) {
+  (void)arg;
+  static weft__lock leaf, object;
+  weft__lock_init(&leaf, WEFT__LOCK_LEAF);
+  weft__lock_init(&object, WEFT__LOCK_OBJECT);
+  weft__lock_acquire(&leaf);
+  weft__lock_acquire(&object); /* a lower level under a higher one */
+  _exit(0);
+}
+
+static void in_order(void *arg) {
+  (void)arg;
+  static weft__lock object, tctx, leaf;
+  weft__lock_init(&object, WEFT__LOCK_OBJECT);
+  weft__lock_init(&tctx, WEFT__LOCK_TCTX);
+  weft__lock_init(&leaf, WEFT__LOCK_LEAF);
+  for (int k = 0; k < 3; k++) {
+    weft__lock_acquire(&object);
+    weft__lock_acquire(&tctx);
+    weft__lock_acquire(&leaf);
+    weft__lock_release(&leaf);
+    weft__lock_release(&tctx);
+    weft__lock_release(&object);
+  }
+  fprintf(stderr, "in-order-ok\n");
+}
+
+static void test_debug_checks(void) {
+#if !defined(WEFT_TESTING) && defined(NDEBUG)
+  printf("\n    skipped: a Release build has no debug checks");
+  return;
+#endif
+  if (weft_test_qemu()) {
+    printf("\n    skipped: qemu-user cannot fork a threaded guest");
+    return;
+  }
+  static const struct {
+    void (*fn)(void *);
+    const char *want;
+  } cases[] = {{two_leaves, "lock order: a level-3 lock taken while one of level 3 is held"},
+               {object_under_leaf, "lock order: a level-1 lock taken while one of level 3 is held"}};
+  char err[2048];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int st = weft_test_child(cases[i].fn, NULL, err, sizeof err);
+    CU_ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, cases[i].want));
+    if (!strstr(err, cases[i].want)) printf("\n  case %zu, status %#x:\n%s\n", i, st, err);
+  }
+  int st = weft_test_child(in_order, NULL, err, sizeof err);
+  CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "in-order-ok"));
+}
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"mutex_errors", test_mutex_errors},
@@ -1631,6 +1699,7 @@ int main(int argc, char **argv) {
       {"chan_cancel", test_chan_cancel},
       {"chan_free_after_recv", test_chan_free_after_recv},
       {"static_init", test_static_init},
+      {"debug_checks", test_debug_checks},
       {NULL, NULL},
   };
   return weft_test_run(argc, argv, "sync", tests);

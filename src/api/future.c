@@ -247,7 +247,7 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
   f->arg = arg;
   f->scope = weft__tctx_self()->scope;
   weft__scope_ref(f->scope); /* the bindings outlive the scope while the future lives */
-  weft__lock_init(&f->lock);
+  weft__lock_init(&f->lock, WEFT__LOCK_OBJECT);
 #ifdef WEFT_FUTURE_CHECKS
   if (!reg_add(f)) {
     weft__scope_unref(f->scope);

@@ -52,6 +52,24 @@ static inline void weft__cpu_relax(void) {
  */
 WEFT__NORETURN void weft__die(const char *fmt, ...) WEFT__PRINTF(1, 2);
 
+/*
+ * WEFT__ASSERT(cond): a debug check of an invariant that only a bug in weft
+ * can break (the lock order, a fiber's state, a stack returned twice). When
+ * it fails the process ends with the condition, file and line. Compiled in
+ * test builds (WEFT_TESTING) and builds without NDEBUG; compiled out of
+ * Release and RelWithDebInfo, where it costs nothing.
+ */
+#if defined(WEFT_TESTING) || !defined(NDEBUG)
+#define WEFT__CHECKS 1
+#define WEFT__ASSERT(c)                                                                                      \
+  do {                                                                                                       \
+    if (WEFT__UNLIKELY(!(c))) weft__die("assertion failed: %s (%s:%d)", #c, __FILE__, __LINE__);             \
+  } while (0)
+#else
+#define WEFT__CHECKS    0
+#define WEFT__ASSERT(c) ((void)0)
+#endif
+
 /* Print one "weft: ..." line on stderr (warnings: at most once per cause, by the caller). */
 void weft__warn(const char *fmt, ...) WEFT__PRINTF(1, 2);
 

@@ -12,20 +12,79 @@
 
 #include <sched.h>
 
+/*
+ * The lock order (docs/architecture.md, "Lock order"): where two locks are
+ * held at once, the one taken second has the higher level, and two leaves
+ * are never held together. Debug builds check it at every acquire
+ * (WEFT__ASSERT): each thread counts the locks it holds per level (fibers
+ * never switch while holding one, so a carrier's count is its fiber's).
+ */
+enum {
+  WEFT__LOCK_OBJECT =
+      1, /* an object's lock: a future's, a channel's, a mutex/cond/sem word, the sources list */
+  WEFT__LOCK_TCTX = 2, /* a thread context's (cancelling a running future takes it under the future's) */
+  WEFT__LOCK_LEAF = 3, /* a carrier's inbox, spawn queue and registry, the global queue, a range's error */
+  WEFT__LOCK_LEVELS = 4
+};
+
 typedef struct weft__lock {
   atomic_uint held; /* 0 free, 1 held */
+#if WEFT__CHECKS
+  unsigned level; /* WEFT__LOCK_* */
+#endif
 } weft__lock;
 
-static inline void weft__lock_init(weft__lock *l) { atomic_init(&l->held, 0); }
+#if WEFT__CHECKS
+#define WEFT__LOCK_INITIALIZER(lvl)                                                                          \
+  { 0, (lvl) }
+extern __thread unsigned weft__locks_held[WEFT__LOCK_LEVELS]; /* base/util.c */
+static inline void weft__lock_order_enter(unsigned level) {
+  for (unsigned k = level; k < WEFT__LOCK_LEVELS; k++)
+    if (WEFT__UNLIKELY(weft__locks_held[k] != 0))
+      weft__die("lock order: a level-%u lock taken while one of level %u is held (docs/architecture.md)",
+                level, k);
+  weft__locks_held[level]++;
+}
+static inline void weft__lock_order_leave(unsigned level) {
+  WEFT__ASSERT(weft__locks_held[level] > 0);
+  weft__locks_held[level]--;
+}
+#else
+#define WEFT__LOCK_INITIALIZER(lvl)                                                                          \
+  { 0 }
+static inline void weft__lock_order_enter(unsigned level) { WEFT__UNUSED(level); }
+static inline void weft__lock_order_leave(unsigned level) { WEFT__UNUSED(level); }
+#endif
+
+static inline void weft__lock_init(weft__lock *l, unsigned level) {
+  atomic_init(&l->held, 0);
+#if WEFT__CHECKS
+  WEFT__ASSERT(level >= WEFT__LOCK_OBJECT && level < WEFT__LOCK_LEVELS);
+  l->level = level;
+#else
+  WEFT__UNUSED(level);
+#endif
+}
+
+static inline unsigned weft__lock_level(const weft__lock *l) {
+#if WEFT__CHECKS
+  return l->level;
+#else
+  WEFT__UNUSED(l);
+  return 0;
+#endif
+}
 
 static inline bool weft__lock_try(weft__lock *l) {
   /* Acquire pairs with the release in weft__lock_release. */
-  return atomic_exchange_explicit(&l->held, 1, memory_order_acquire) == 0;
+  bool got = atomic_exchange_explicit(&l->held, 1, memory_order_acquire) == 0;
+  if (got) weft__lock_order_enter(weft__lock_level(l));
+  return got;
 }
 
 static inline void weft__lock_acquire(weft__lock *l) {
   unsigned spins = 0;
-  while (!weft__lock_try(l)) {
+  while (atomic_exchange_explicit(&l->held, 1, memory_order_acquire) != 0) {
     while (weft__load_relaxed(&l->held) != 0) {
       if (++spins < 64)
         weft__cpu_relax();
@@ -33,9 +92,13 @@ static inline void weft__lock_acquire(weft__lock *l) {
         sched_yield();
     }
   }
+  weft__lock_order_enter(weft__lock_level(l));
 }
 
-static inline void weft__lock_release(weft__lock *l) { weft__store_release(&l->held, 0); }
+static inline void weft__lock_release(weft__lock *l) {
+  weft__lock_order_leave(weft__lock_level(l));
+  weft__store_release(&l->held, 0);
+}
 
 /*
  * Versions of the same lock for the few words that live inside public
@@ -52,8 +115,12 @@ static inline void weft__wordlock_acquire(uint32_t *w) {
         sched_yield();
     }
   }
+  weft__lock_order_enter(WEFT__LOCK_OBJECT);
 }
 
-static inline void weft__wordlock_release(uint32_t *w) { __atomic_store_n(w, 0u, __ATOMIC_RELEASE); }
+static inline void weft__wordlock_release(uint32_t *w) {
+  weft__lock_order_leave(WEFT__LOCK_OBJECT);
+  __atomic_store_n(w, 0u, __ATOMIC_RELEASE);
+}
 
 #endif /* WEFT_SYNC_LOCK_H */

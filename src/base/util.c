@@ -3,6 +3,7 @@
  * error path, warnings, the CPU count and environment parsing.
  */
 #include "internal.h"
+#include "lock.h"
 #include "sys.h"
 
 #include <ctype.h>
@@ -109,3 +110,7 @@ int weft__env_bool(const char *name) {
   }
   return -1;
 }
+
+#if WEFT__CHECKS
+__thread unsigned weft__locks_held[WEFT__LOCK_LEVELS];
+#endif

@@ -4,7 +4,9 @@
  *
  *   context_x86_64.S    System V AMD64 (Linux, ELF)
  *   context_aarch64.S   AAPCS64 (Linux, ELF)
- *   context_ucontext.c  any other POSIX system with makecontext/swapcontext
+ *   context_ucontext.c  another Linux architecture, through glibc's
+ *                       makecontext/swapcontext (weft is Linux-only: the rest
+ *                       of it needs epoll, futexes and /proc)
  *
  * and without any of them fibers are not built (fiber_none.c) and blocking
  * work falls back on the CPU path.

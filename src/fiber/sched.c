@@ -190,7 +190,10 @@ enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
 /* How long a compensation carrier stays without work before it retires. */
 #define RETIRE_NS (200 * 1000000LL)
 
-weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER, .quiesce_cv = PTHREAD_COND_INITIALIZER};
+weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                           .quiesce_cv = PTHREAD_COND_INITIALIZER,
+                           .gq_lock = WEFT__LOCK_INITIALIZER(WEFT__LOCK_LEAF),
+                           .src_lock = WEFT__LOCK_INITIALIZER(WEFT__LOCK_OBJECT)};
 #define rt weft__rt_state
 
 atomic_uint weft__outside_calls;
@@ -659,6 +662,9 @@ static void report_pinned(weft__carrier *c, weft__fiber *f) {
 
 /* From the scheduler into fiber f, until it switches back. */
 static void run_fiber(weft__carrier *c, weft__fiber *f) {
+  /* A started fiber runs only on its home carrier (fibers never migrate), and never twice at once. */
+  WEFT__ASSERT(f->home == c && (f->flags & WEFT__FIBER_STARTED));
+  WEFT__ASSERT(atomic_load_explicit(&f->state, memory_order_relaxed) != WEFT__FS_RUNNING);
   atomic_store_explicit(&f->state, WEFT__FS_RUNNING, memory_order_relaxed);
   c->current = f;
   atomic_store_explicit(&c->slice_seq, ++c->slices, memory_order_relaxed);
@@ -722,6 +728,7 @@ void weft__fiber_yield(void) {
 
 void weft__fiber_ready(weft__fiber *f) {
   weft__carrier *home = f->home;
+  WEFT__ASSERT(home != NULL); /* only a started fiber parks (flags are its carrier's: not read here) */
   atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
   if (home == tls_carrier) {
     weft__fq_push(&home->ready, f); /* the owner itself: no lock */
@@ -1273,9 +1280,9 @@ static int carrier_new(unsigned id, weft__carrier **out) {
   memset(c, 0, sizeof *c);
   c->id = id;
   c->rand = 0x9E3779B97F4A7C15ull * (id + 1);
-  weft__lock_init(&c->reg_lock);
-  weft__lock_init(&c->spawn_lock);
-  weft__lock_init(&c->inbox_lock);
+  weft__lock_init(&c->reg_lock, WEFT__LOCK_LEAF);
+  weft__lock_init(&c->spawn_lock, WEFT__LOCK_LEAF);
+  weft__lock_init(&c->inbox_lock, WEFT__LOCK_LEAF);
   int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
   if (rc < 0) {
     weft__free(c);
@@ -1500,8 +1507,8 @@ static void atfork_child(void) {
   atomic_store(&rt.gq_len, 0);
   rt.gq.head = rt.gq.tail = NULL;
   rt.gq.len = 0;
-  weft__lock_init(&rt.gq_lock);
-  weft__lock_init(&rt.src_lock);
+  weft__lock_init(&rt.gq_lock, WEFT__LOCK_LEAF);
+  weft__lock_init(&rt.src_lock, WEFT__LOCK_OBJECT);
   rt.sources.head = rt.sources.tail = NULL;
   atomic_store(&rt.nsources, 0);
   atomic_store(&rt.nextra, 0);

@@ -197,6 +197,7 @@ typedef struct stack_slot {
   uint32_t index; /* in its arena */
   uint8_t method; /* GUARD_*: what actually protects this stack's guard region */
   uint8_t dirty;  /* may hold committed pages: set when taken, cleared by a trim (pool.lock when pooled) */
+  uint8_t taken;  /* handed out and not yet freed: a second free is a bug (WEFT__ASSERT) */
   unsigned vg_id; /* Valgrind's registration of the usable range */
 } stack_slot;
 
@@ -1151,6 +1152,7 @@ int weft__stack_alloc(void **base, size_t *size, void **cookie) {
   }
   count_in_use(t, 1);
   s->dirty = 1;
+  s->taken = 1;
 #ifdef WEFT_HAVE_VALGRIND_H
   /* A stack handed out is addressable from its base to its top: the last fiber's frames were popped from
    * it (memcheck marks what lies below a stack pointer that moved up as no longer addressable), and the
@@ -1190,6 +1192,8 @@ static void free_slow(tls_state *t, stack_slot *s) {
 void weft__stack_free(void *cookie) {
   stack_slot *s = cookie;
   if (!s) return;
+  WEFT__ASSERT(s->taken); /* a stack returned twice would be handed to two fibers */
+  s->taken = 0;
 #ifdef WEFT_ASAN
   __asan_unpoison_memory_region(slot_base(s), pool.size);
 #endif

@@ -115,7 +115,7 @@ int weft_chan_create(size_t capacity, size_t elem_size, weft_chan_t **out) {
   weft_chan_t *ch = weft__malloc(total);
   if (!ch) return -ENOMEM;
   memset(ch, 0, sizeof *ch);
-  weft__lock_init(&ch->lock);
+  weft__lock_init(&ch->lock, WEFT__LOCK_OBJECT);
   ch->cap = capacity;
   ch->esize = elem_size;
   *out = ch;

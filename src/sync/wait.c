@@ -13,7 +13,7 @@ static __thread weft__tctx *tls_cur;
 
 void weft__tctx_init(weft__tctx *tc) {
   atomic_init(&tc->cancelled, false);
-  weft__lock_init(&tc->lock);
+  weft__lock_init(&tc->lock, WEFT__LOCK_TCTX);
   tc->waiter = NULL;
   tc->scope = NULL;
   tc->locals = NULL;
