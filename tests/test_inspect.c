@@ -308,11 +308,14 @@ static int signal_child_main(void) {
   return 0;
 }
 
+static char self_path[4096] = "/proc/self/exe"; /* main: argv[0], resolved */
+
 static void exec_child(void *arg) {
   (void)arg;
   setenv("WEFT_DUMP_SIGNAL", "SIGUSR1", 1);
   setenv("WEFT_INSPECT_CHILD", "1", 1);
-  execl("/proc/self/exe", "test_inspect", "signal_child", (char *)NULL);
+  /* This program by its own path: under Valgrind /proc/self/exe is Valgrind's tool. */
+  execl(self_path, "test_inspect", "signal_child", (char *)NULL);
   _exit(99);
 }
 
@@ -497,6 +500,8 @@ static void *warm_fn(void *arg) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 0 && !realpath(argv[0], self_path))
+    snprintf(self_path, sizeof self_path, "%s", "/proc/self/exe");
   if (getenv("WEFT_INSPECT_CHILD") && argc > 1 && strcmp(argv[1], "signal_child") == 0)
     return signal_child_main();
   /* libunwind keeps a pipe for the process's life once it has unwound (it checks addresses through it): a

@@ -47,8 +47,18 @@ typedef struct carriers {
   cpu_set_t mask[64]; /* its affinity */
 } carriers;
 
-/* Every running regular carrier (not the compensation ones) and its affinity mask. */
+/* Every running regular carrier (not the compensation ones) and its affinity mask, once named. */
+static void find_carriers_now(carriers *out);
 static void find_carriers(carriers *out) {
+  /* A thread names itself as it starts: wait (at most 5 s) until every carrier has. */
+  for (int i = 0; i < 1000; i++) {
+    find_carriers_now(out);
+    if (out->n >= (int)weft_carrier_count()) return;
+    weft_test_sleep_ms(5);
+  }
+}
+
+static void find_carriers_now(carriers *out) {
   out->n = 0;
   DIR *d = opendir("/proc/self/task");
   if (!d) return;

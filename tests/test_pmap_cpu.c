@@ -462,8 +462,22 @@ static void test_small_on_caller(void) {
     CU_ASSERT_EQUAL_FATAL(weft_pmap(8, where_fn, &w, NULL), 0);
     strays += atomic_load(&w.off_caller) + atomic_load(&w.in_region) > 0;
   }
-  if (strays > 3) printf("\n  %d of 50 small maps left the caller\n", strays);
-  CU_ASSERT(strays <= 3);
+  /*
+   * Under Valgrind, which runs one thread at a time, an element that makes a
+   * system call (where_fn asks for its thread id) hands Valgrind's lock to
+   * the spinning OpenMP workers and waits a whole time slice for it: the
+   * model measures milliseconds per element there, and forks, rightly for
+   * what it measured. The calls still run (for memcheck); where they run is
+   * not this environment's to judge.
+   */
+  if (weft_test_slow_env()) {
+    printf(
+        "\n    where they ran not checked: under a slow tool elements cost its scheduling (%d of 50 forked)",
+        strays);
+  } else {
+    if (strays > 3) printf("\n  %d of 50 small maps left the caller\n", strays);
+    CU_ASSERT(strays <= 3);
+  }
 #ifdef WEFT_TESTING
   CU_ASSERT(weft__pmap_test_count(-1) + weft__pmap_test_count(WEFT__WHY_SMALL) > 0);
 #endif

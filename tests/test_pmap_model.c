@@ -343,7 +343,8 @@ static void test_explain_flag(void) {
   capture_stderr(explain_calls, err, sizeof err);
   /* Each line names n, the estimate and the choice. */
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "pmap n=4 at "));
-  CU_ASSERT_PTR_NOT_NULL(strstr(err, "ran on the caller"));
+  /* Under a slow tool a tiny element can measure milliseconds (pmap_cpu/small_on_caller says why). */
+  if (!weft_test_slow_env()) CU_ASSERT_PTR_NOT_NULL(strstr(err, "ran on the caller"));
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "of work estimated (4 x "));
   char *large = strstr(err, "pmap n=200 at ");
   CU_ASSERT_PTR_NOT_NULL(large);
@@ -357,7 +358,8 @@ static void test_explain_flag(void) {
   int lines = 0;
   for (char *p = err; (p = strstr(p, "weft: pmap ")) != NULL; p++) lines++;
   CU_ASSERT_EQUAL(lines, 4);
-  if (lines != 4 || !strstr(err, "ran on the caller") || !large) printf("\n  stderr:\n%s\n", err);
+  if (lines != 4 || (!weft_test_slow_env() && !strstr(err, "ran on the caller")) || !large)
+    printf("\n  stderr:\n%s\n", err);
 }
 
 static void explain_env_calls(void) {
@@ -426,17 +428,19 @@ static void dear_calls(void) {
     weft__pmap_test_reset();
     atomic_store(&c.dear, 0);
     for (int k = 0; k < 40; k++) CU_ASSERT_EQUAL(weft_pmap(16, dear_elem, &c, NULL), 0);
-    CU_ASSERT_EQUAL(distinct_tids(&c), 1); /* 1.6 us: on the caller */
+    /* Under a slow tool the cheap elements are not cheap (pmap_cpu/small_on_caller says why). */
+    bool judge = !weft_test_slow_env();
+    if (judge) CU_ASSERT_EQUAL(distinct_tids(&c), 1); /* 1.6 us: on the caller */
     pid_t me = (pid_t)syscall(SYS_gettid);
-    CU_ASSERT_EQUAL(c.tids[0], me);
+    if (judge) CU_ASSERT_EQUAL(c.tids[0], me);
     atomic_store(&c.dear, 1);
     memset(c.tids, 0, sizeof c.tids);
     weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
     if (round == 1) o.flags = WEFT_PMAP_EXPLAIN;
     CU_ASSERT_EQUAL(weft_pmap(16, dear_elem, &c, &o), 0);
-    CU_ASSERT_EQUAL(c.tids[0], me); /* the watched element */
+    if (judge) CU_ASSERT_EQUAL(c.tids[0], me); /* the watched element */
     unsigned k = distinct_tids(&c);
-    if (team.size >= 2) CU_ASSERT(k >= 2);
+    if (team.size >= 2) CU_ASSERT(k >= 2); /* 10 ms elements: on the team in every environment */
     if (team.size >= 2 && k < 2) printf("\n  round %d: the dear call ran on %u thread(s)", round, k);
   }
 }
@@ -448,7 +452,7 @@ static void test_dear_elements(void) {
   weft__cpu_team(&team);
   char *line = strstr(err, "weft: pmap n=16 at ");
   CU_ASSERT_PTR_NOT_NULL(line);
-  if (team.size >= 2) {
+  if (team.size >= 2 && !weft_test_slow_env()) {
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "decided again for the rest"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "workers in"));
   }

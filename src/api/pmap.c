@@ -149,9 +149,9 @@ static int64_t run_timed(weft_index_fn fn, void *ctx, size_t i, int *err) {
  * Run the first elements of [i, n) on the caller, timed (model.h, "a site
  * whose elements change"): true when they took so much more than the
  * estimate elem_ns that the rest deserves a new decision. The first element
- * decides whether to look at a second; only when both were dear (one alone
- * may have been preempted) is it true, with *took the shorter of the two.
- * *ran: how many ran (1 or 2).
+ * decides whether to look further; only when it and the WATCH_CONFIRM
+ * elements after it were all dear (one or two alone may have been
+ * preempted) is it true, with *took the shortest of them. *ran: how many ran.
  */
 static bool first_was_dear(weft_index_fn fn, void *ctx, size_t i, size_t n, double elem_ns, int *err,
                            int64_t *took, size_t *ran) {
@@ -159,11 +159,11 @@ static bool first_was_dear(weft_index_fn fn, void *ctx, size_t i, size_t n, doub
   int64_t t = run_timed(fn, ctx, i, err);
   *ran = 1;
   if (!((double)t > bar && (double)t * (double)(n - i - 1) >= WEFT__MODEL_WATCH_PAYS_NS)) return false;
-  if (i + 2 < n) {
-    int64_t t2 = run_timed(fn, ctx, i + 1, err);
-    *ran = 2;
-    if (!((double)t2 > bar)) return false;
-    if (t2 < t) t = t2;
+  for (size_t k = 1; k <= WEFT__MODEL_WATCH_CONFIRM && i + k + 1 < n; k++) {
+    int64_t tk = run_timed(fn, ctx, i + k, err);
+    *ran = k + 1;
+    if (!((double)tk > bar)) return false;
+    if (tk < t) t = tk;
   }
   *took = t;
   return true;

@@ -108,11 +108,18 @@ static void threads_register(void) { weft__on_fork(NULL, NULL, threads_atfork_ch
 typedef struct thread_start {
   void *(*fn)(void *);
   void *arg;
+  char name[16]; /* the kernel keeps 15 characters; "" for none */
 } thread_start;
 
 static void *thread_trampoline(void *p) {
   thread_start ts = *(thread_start *)p;
   weft__free(p);
+  /*
+   * Named by itself (prctl, no descriptor): glibc 2.36 names another thread
+   * by opening its /proc comm file without O_CLOEXEC, which a fork + exec in
+   * another thread at that moment would leak into the new program.
+   */
+  if (ts.name[0]) pthread_setname_np(pthread_self(), ts.name);
   void *r = ts.fn(ts.arg);
   atomic_fetch_sub(&live_threads, 1);
   return r;
@@ -129,6 +136,7 @@ int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *
   if (!ts) return -ENOMEM;
   ts->fn = fn;
   ts->arg = arg;
+  snprintf(ts->name, sizeof ts->name, "%s", name ? name : "");
   pthread_attr_t attr;
   int rc = pthread_attr_init(&attr);
   if (rc != 0) {
@@ -178,11 +186,6 @@ int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *
     atomic_fetch_sub(&live_threads, 1);
     weft__free(ts);
     return -rc;
-  }
-  if (name) {
-    char n16[16]; /* the kernel keeps 15 characters */
-    snprintf(n16, sizeof n16, "%s", name);
-    pthread_setname_np(*t, n16);
   }
   return cpu == -2 ? 1 : 0;
 }

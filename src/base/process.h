@@ -15,7 +15,8 @@
  * Start a thread for weft's own use: all signals blocked (weft's threads never
  * run the program's signal handlers, except the synchronous faults that the
  * kernel delivers to the faulting thread), a stack of `stack_size` bytes
- * (0: the default) and a name for debuggers (at most 15 characters).
+ * (0: the default) and a name for debuggers (at most 15 characters), which
+ * the thread gives itself as it starts.
  * Returns 0 or a negative errno.
  */
 int weft__thread_start(pthread_t *t, size_t stack_size, const char *name, void *(*fn)(void *), void *arg);

@@ -99,10 +99,11 @@
  * expected to take WATCH_MIN_NS or more times its first element (two clock
  * reads, at most 5% of such a call); when that element took over
  * WATCH_FACTOR times the estimate and the rest at its cost would be
- * WATCH_PAYS_NS or more, it times the second too (one element alone may
- * just have been preempted: seen in the GPars loop, a 69 us element among
- * 30 ns ones), and when both were dear the model decides again for the
- * rest with the new cost, once per call. The site's estimate moves towards
+ * WATCH_PAYS_NS or more, it times the next WATCH_CONFIRM (2) too (one or
+ * two elements alone may just have been preempted: seen in the GPars loop,
+ * a 69 us element among 30 ns ones, and under Valgrind, which runs one
+ * thread at a time), and when all were dear the model decides again for
+ * the rest with the new cost, once per call. The site's estimate moves towards
  * that cost by the usual bounded average, so a preempted pair cannot poison
  * it for the calls to come. Calls expected under WATCH_MIN_NS are not watched
  * (the reads would be a tenth of a 0.3 us map): they are corrected at their
@@ -140,6 +141,7 @@
 #define WEFT__MODEL_WATCH_MIN_NS  1000.0 /* a run on the caller expected this long times its first element */
 #define WEFT__MODEL_WATCH_FACTOR  16.0   /* ... and decides again when it took this many times the estimate */
 #define WEFT__MODEL_WATCH_PAYS_NS 50000.0 /* ... and the rest at its cost would take this long */
+#define WEFT__MODEL_WATCH_CONFIRM 2       /* ... and this many elements after it were dear too */
 
 /* Why the map ran where it did (the EXPLAIN text says it in words). */
 typedef enum weft__why {
