@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -565,6 +566,95 @@ static void test_fork(void) {
   teardown();
 }
 
+/*
+ * A fork while both the offload pool and the pinning monitor are busy: a
+ * thread of the pool is inside a call, and fibers hold every carrier in a
+ * plain nanosleep, with one more waiting, for which the monitor has started
+ * a compensation carrier. The child finds neither (only the forking thread survives), and
+ * both work there: an offloaded call returns, and fibers that pin their
+ * carriers get compensation carriers of the child's own.
+ */
+typedef struct pin_gate {
+  atomic_int open;
+} pin_gate;
+
+static void *pin_until_open(void *arg) {
+  pin_gate *g = arg;
+  while (!atomic_load(&g->open)) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* plain: holds the carrier */
+  }
+  return NULL;
+}
+
+static int pin_50ms(void *ctx, size_t i) {
+  (void)ctx;
+  (void)i;
+  struct timespec ts = {0, 50 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  return 0;
+}
+
+static void child_monitor_offload(void *arg) {
+  (void)arg;
+  void *r = NULL;
+  if (weft_blocking(twice, V(21), &r) != 0 || U(r) != 42) _exit(4);
+  weft_stats before, after;
+  if (weft_get_stats(&before) != 0) _exit(5);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.kind = WEFT_BLOCKING;
+  if (weft_pmap(4 * weft_test_cpus(), pin_50ms, NULL, &o) != 0) _exit(6);
+  if (weft_get_stats(&after) != 0) _exit(7);
+  if (after.extra_carriers <= before.extra_carriers) _exit(8); /* the child's monitor compensated */
+  static const char ok[] = "monitor-offload-child-ok\n";
+  ssize_t w = write(2, ok, sizeof ok - 1);
+  (void)w;
+  _exit(0);
+}
+
+static void test_fork_monitor_busy(void) {
+  if (!weft_test_fibers_expected()) return;
+  if (weft_test_qemu()) {
+    printf("\n    skipped: qemu-user cannot fork a threaded guest");
+    return;
+  }
+  setup(0, 0);
+  gate g;
+  memset(&g, 0, sizeof g);
+  pin_gate pg = {0};
+  weft_future *f = NULL, *p[65] = {NULL};
+  unsigned np = weft_test_cpus() + 1; /* more pinning fibers than carriers: one waits, unstarted */
+  if (np > 65) np = 65;
+  weft_stats st0;
+  CU_ASSERT_EQUAL_FATAL(weft_get_stats(&st0), 0);
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, call_gate, &g, &f), 0);
+  for (unsigned i = 0; i < np; i++)
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, pin_until_open, &pg, &p[i]), 0);
+  while (stats().running != 1) weft_test_sleep_ms(1); /* the pool is busy */
+  weft_stats st;
+  for (int i = 0; i < 2000; i++) { /* the monitor has compensated (20 ms threshold) */
+    CU_ASSERT_EQUAL_FATAL(weft_get_stats(&st), 0);
+    if (st.extra_carriers > st0.extra_carriers) break;
+    weft_test_sleep_ms(1);
+  }
+  CU_ASSERT(st.extra_carriers > st0.extra_carriers);
+  char err[1024];
+  int s = weft_test_child(child_monitor_offload, NULL, err, sizeof err);
+  CU_ASSERT_TRUE(WIFEXITED(s));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "monitor-offload-child-ok"));
+  if (!weft_test_slow_env()) CU_ASSERT_EQUAL(WEXITSTATUS(s), 0);
+  if (!strstr(err, "monitor-offload-child-ok")) printf("\n  child status %#x:\n%s\n", s, err);
+  atomic_store(&g.open, 1);
+  atomic_store(&pg.open, 1);
+  CU_ASSERT_EQUAL(weft_future_get(f, -1, NULL), 0);
+  for (unsigned i = 0; i < np; i++) {
+    CU_ASSERT_EQUAL(weft_future_get(p[i], -1, NULL), 0);
+    weft_future_free(p[i]);
+  }
+  weft_future_free(f);
+  teardown();
+}
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {{"from_fiber", test_from_fiber},
                                     {"plain_thread_inline", test_plain_thread_inline},
@@ -584,6 +674,7 @@ int main(int argc, char **argv) {
                                     {"thread_fault", test_thread_fault},
 #endif
                                     {"fork", test_fork},
+                                    {"fork_monitor_busy", test_fork_monitor_busy},
                                     {NULL, NULL}};
   return weft_test_run(argc, argv, "offload", tests);
 }

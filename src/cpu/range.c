@@ -7,7 +7,7 @@
 #include "cpu.h"
 
 #include "../base/clock.h"
-#include "../sync/wait.h"
+#include "../sync/tctx.h"
 
 void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain,
                       size_t max_workers) {

@@ -1,8 +1,9 @@
 /*
  * This file contains the waiter: the one record through which every weft
  * blocking call waits, whether the caller is a fiber (which parks) or a plain
- * thread (which sleeps on a futex), and the per-context record that carries a
- * future's cancellation request to whatever its fiber or thread is waiting on.
+ * thread (which sleeps on a futex). The per-context record that carries a
+ * future's cancellation request to whatever its fiber or thread waits on is
+ * in tctx.h.
  *
  * Protocol. A waiter lives on the waiting context's stack. It starts in
  * WAITING; whoever ends the wait moves it out of WAITING with one
@@ -21,6 +22,7 @@
 #include "../base/lock.h"
 #include "../base/queue.h"
 #include "park.h"
+#include "tctx.h"
 
 struct weft__fiber;
 
@@ -60,7 +62,7 @@ enum {
 /* Their names in a dump ("sleep", "read", ...). */
 extern const char *const weft__wait_names[WEFT__WAIT_KINDS];
 
-typedef struct weft__waiter {
+struct weft__waiter {
   _Atomic uint32_t state;    /* WEFT__W_*: leaves WAITING once, by CAS; the futex word for threads */
   bool cancellable;          /* may weft_future_cancel end this wait? */
   bool queued;               /* on a wait list: owned by the object's lock */
@@ -71,36 +73,7 @@ typedef struct weft__waiter {
   uintptr_t aux;   /* for the primitive: a count, a flag */
   uint8_t kind;    /* WEFT__WAIT_*: what it waits for (weft__waiter_on), for dumps */
   const void *obj; /* the object waited on, for dumps: an address, or a descriptor number */
-} weft__waiter;
-
-/*
- * The context record of whatever runs a piece of weft work: one per fiber,
- * and one per OS thread (thread-local) for work that runs on a thread.
- */
-typedef struct weft__tctx {
-  atomic_bool cancelled;       /* set once by weft_future_cancel; never cleared while the work runs */
-  weft__lock lock;             /* guards waiter */
-  weft__waiter *waiter;        /* the cancellable wait in progress, or NULL */
-  struct weft__scope *scope;   /* innermost scoped binding (owned by the weft_scope_run frame) */
-  struct weft__locals *locals; /* fiber-local values; NULL until the first weft_local_set */
-} weft__tctx;
-
-/* Reset a context record for new work. */
-void weft__tctx_init(weft__tctx *tc);
-/* The caller's record: its fiber's, or its OS thread's. Never NULL. */
-weft__tctx *weft__tctx_self(void);
-
-/* Has the running future (or map element) of the calling context been cancelled? (weft_cancelled) */
-static inline bool weft__tctx_cancelled(void) {
-  return atomic_load_explicit(&weft__tctx_self()->cancelled, memory_order_relaxed);
-}
-/* Point this OS thread's record at tc for the duration of a piece of work; returns the old one. */
-weft__tctx *weft__tctx_enter(weft__tctx *tc);
-void weft__tctx_leave(weft__tctx *prev);
-/* True when this OS thread runs a piece of weft work under a lent record (a future, say). */
-bool weft__tctx_in_work(void);
-/* Mark tc cancelled and end its cancellable wait, if any. */
-void weft__tctx_cancel(weft__tctx *tc);
+};
 
 /*
  * The rule for wait lists: a waker pops a waiter and resolves it while it
