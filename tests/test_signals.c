@@ -589,6 +589,7 @@ static void busy_stop_all(busy *b) {
 static int child_fails;
 #define CHILD_CHECK(cond, what)                                                                              \
   do {                                                                                                       \
+    rel_stage = what; /* named in the report if the child times out */                                       \
     if (!(cond)) {                                                                                           \
       child_fails++;                                                                                         \
       fprintf(stderr, "child: %s failed\n", what);                                                           \

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -157,10 +158,34 @@ typedef struct rel_guard {
   unsigned secs;
 } rel_guard;
 
+/* What a child is doing, for the report of a child that timed out (set by the child; may stay NULL). */
+static const char *volatile rel_stage;
+
+/*
+ * A child that times out says what it was doing and where (the thread that
+ * takes SIGALRM is the child's own: weft's threads block it), then dies of
+ * SIGALRM as before, so that the parent reports a timeout. Not
+ * async-signal-safe (backtrace_symbols_fd may allocate the first time): the
+ * child is hung and about to die anyway.
+ */
+static inline void rel_on_alarm(int sig) {
+  static const char head[] = "\nchild timed out while: ";
+  ssize_t w = write(2, head, sizeof head - 1);
+  const char *st = rel_stage ? rel_stage : "(no stage set)";
+  w = write(2, st, strlen(st));
+  w = write(2, "\n", 1);
+  (void)w;
+  void *frames[48];
+  int n = backtrace(frames, 48);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 static inline void rel_guarded(void *p) {
   rel_guard *g = p;
-  /* A hang in the child ends by SIGALRM (default action: terminate), which the parent reports. */
-  signal(SIGALRM, SIG_DFL);
+  /* A hang in the child ends by SIGALRM, which the parent reports (after the child said where it was). */
+  signal(SIGALRM, rel_on_alarm);
   sigset_t s;
   sigemptyset(&s);
   sigaddset(&s, SIGALRM);
