@@ -761,7 +761,15 @@ static void test_overflow_api(void) {
     }
     weft_info info;
     CU_ASSERT_EQUAL_FATAL(weft_get_info(&info), 0);
-    CU_ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    /*
+     * weft's handler prints the message and aborts. Under Valgrind, whose
+     * signal delivery is its own, the child now and then dies of the SIGSEGV
+     * instead, after the message (seen in CI: "status 0xb" with the message
+     * on stderr): the message is the promise there.
+     */
+    bool died = WIFSIGNALED(status) &&
+                (WTERMSIG(status) == SIGABRT || (weft_test_slow_env() && WTERMSIG(status) == SIGSEGV));
+    CU_ASSERT(died);
     char expect[128];
     snprintf(expect, sizeof expect, " overflowed its stack (%zu bytes); raise WEFT_STACK_SIZE",
              info.stack_size);
@@ -769,8 +777,7 @@ static void test_overflow_api(void) {
     const char *p = strstr(err, "weft: fiber ");
     CU_ASSERT_PTR_NOT_NULL(p);
     if (p) CU_ASSERT(p[12] >= '0' && p[12] <= '9');
-    if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) || !strstr(err, expect))
-      printf("\n  %s: status %#x, stderr: %s\n", ways[how], status, err);
+    if (!died || !strstr(err, expect)) printf("\n  %s: status %#x, stderr: %s\n", ways[how], status, err);
   }
 }
 
