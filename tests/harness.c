@@ -106,6 +106,18 @@ bool weft_test_slow_env(void) {
   return pre && strstr(pre, "vgpreload") != NULL;
 }
 
+bool weft_test_can_fork(void) {
+  if (!weft_test_qemu()) return true;
+  printf("\n    skipped: qemu-user cannot fork a threaded guest");
+  return false;
+}
+
+bool weft_test_debug_checks(void) {
+  if (WEFT__CHECKS) return true;
+  printf("\n    skipped: a Release build has no debug checks");
+  return false;
+}
+
 bool weft_test_fibers_expected(void) {
   const char *e = getenv("WEFT_FIBERS");
   if (e && strcmp(e, "0") == 0) return false;

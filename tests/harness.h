@@ -89,6 +89,20 @@ bool weft_test_slow_env(void);
  */
 bool weft_test_fibers_expected(void);
 
+/*
+ * True when a crash path that forks a child of this (threaded) test can run
+ * here; false under qemu-user, which cannot fork a threaded guest, after
+ * printing that the test is skipped.
+ */
+bool weft_test_can_fork(void);
+
+/*
+ * True when weft was built with its debug checks (WEFT__ASSERT: test builds
+ * and builds without NDEBUG); false, after printing that the test is skipped,
+ * in a Release build.
+ */
+bool weft_test_debug_checks(void);
+
 /* Sleep the calling OS thread (never parks). */
 void weft_test_sleep_ms(int ms);
 

@@ -23,6 +23,7 @@
 
 #include "fiber/sched.h"
 #include "harness.h"
+#include "stress/reliability.h"
 #include "base/sys.h"
 
 #define MS 1000000LL
@@ -242,8 +243,9 @@ static void test_max_parallel(void) {
  * more before sleeping, while the map was at its bound, and slept; the
  * map's fibers left that carrier's slice alone, as for a carrier on its
  * way, and the map never finished. Here carrier 1 is held between its last
- * look and its sleep until the map is open and full. In a child, with an
- * alarm, so that a hang fails the test instead of stalling the suite.
+ * look and its sleep until the map is open and full. In a child with a time
+ * limit (rel_child), so that a hang fails the test instead of stalling the
+ * suite.
  */
 static atomic_int hold_state; /* 0 not yet, 1 carrier 1 is held, 2 let go */
 
@@ -268,7 +270,7 @@ static void *bounded_map_thread(void *arg) {
 
 static void bounded_map_child(void *arg) {
   (void)arg;
-  alarm(20);
+  rel_stage = "the bounded map";
   weft__test_before_sleep = hold_carrier_1;
   weft_config cfg;
   weft_config_init(&cfg);
@@ -288,15 +290,12 @@ static void bounded_map_child(void *arg) {
 
 static void test_bounded_map_sleeping_carrier(void) {
   if (!weft_test_fibers_expected()) return;
-  if (weft_test_qemu()) {
-    printf("\n    skipped: qemu-user cannot fork a threaded guest");
-    return;
-  }
+  if (!weft_test_can_fork()) return;
   char err[2048];
-  int st = weft_test_child(bounded_map_child, NULL, err, sizeof err);
+  int st = rel_child(bounded_map_child, NULL, 20, err, sizeof err);
   CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    printf("\n  status %#x (signal %d is SIGALRM: the map never finished):\n%s\n", st, SIGALRM, err);
+  char why[64];
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) printf("\n  %s:\n%s\n", rel_status(st, why, sizeof why), err);
 }
 
 /* --- waits across kinds and contexts ---------------------------------------------------------- */

@@ -614,10 +614,7 @@ static void child_monitor_offload(void *arg) {
 
 static void test_fork_monitor_busy(void) {
   if (!weft_test_fibers_expected()) return;
-  if (weft_test_qemu()) {
-    printf("\n    skipped: qemu-user cannot fork a threaded guest");
-    return;
-  }
+  if (!weft_test_can_fork()) return;
   setup(0, 0);
   gate g;
   memset(&g, 0, sizeof g);

@@ -1070,14 +1070,7 @@ static void freed_twice_child(void *arg) {
 }
 
 static void test_freed_twice(void) {
-#if !defined(WEFT_TESTING) && defined(NDEBUG)
-  printf("\n    skipped: a Release build has no debug checks");
-  return;
-#endif
-  if (weft_test_qemu()) {
-    printf("\n    skipped: qemu-user cannot fork a threaded guest");
-    return;
-  }
+  if (!weft_test_debug_checks() || !weft_test_can_fork()) return;
   char err[2048];
   int st = weft_test_child(freed_twice_child, NULL, err, sizeof err);
   CU_ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);

@@ -29,14 +29,13 @@ enum {
 
 typedef struct weft__lock {
   atomic_uint held; /* 0 free, 1 held */
-#if WEFT__CHECKS
-  unsigned level; /* WEFT__LOCK_* */
-#endif
+  unsigned level;   /* WEFT__LOCK_*: read only by the debug checks */
 } weft__lock;
 
-#if WEFT__CHECKS
 #define WEFT__LOCK_INITIALIZER(lvl)                                                                          \
   { 0, (lvl) }
+
+#if WEFT__CHECKS
 extern __thread unsigned weft__locks_held[WEFT__LOCK_LEVELS]; /* base/util.c */
 static inline void weft__lock_order_enter(unsigned level) {
   for (unsigned k = level; k < WEFT__LOCK_LEVELS; k++)
@@ -50,35 +49,20 @@ static inline void weft__lock_order_leave(unsigned level) {
   weft__locks_held[level]--;
 }
 #else
-#define WEFT__LOCK_INITIALIZER(lvl)                                                                          \
-  { 0 }
 static inline void weft__lock_order_enter(unsigned level) { WEFT__UNUSED(level); }
 static inline void weft__lock_order_leave(unsigned level) { WEFT__UNUSED(level); }
 #endif
 
 static inline void weft__lock_init(weft__lock *l, unsigned level) {
-  atomic_init(&l->held, 0);
-#if WEFT__CHECKS
   WEFT__ASSERT(level >= WEFT__LOCK_OBJECT && level < WEFT__LOCK_LEVELS);
+  atomic_init(&l->held, 0);
   l->level = level;
-#else
-  WEFT__UNUSED(level);
-#endif
-}
-
-static inline unsigned weft__lock_level(const weft__lock *l) {
-#if WEFT__CHECKS
-  return l->level;
-#else
-  WEFT__UNUSED(l);
-  return 0;
-#endif
 }
 
 static inline bool weft__lock_try(weft__lock *l) {
   /* Acquire pairs with the release in weft__lock_release. */
   bool got = atomic_exchange_explicit(&l->held, 1, memory_order_acquire) == 0;
-  if (got) weft__lock_order_enter(weft__lock_level(l));
+  if (got) weft__lock_order_enter(l->level);
   return got;
 }
 
@@ -92,11 +76,11 @@ static inline void weft__lock_acquire(weft__lock *l) {
         sched_yield();
     }
   }
-  weft__lock_order_enter(weft__lock_level(l));
+  weft__lock_order_enter(l->level);
 }
 
 static inline void weft__lock_release(weft__lock *l) {
-  weft__lock_order_leave(weft__lock_level(l));
+  weft__lock_order_leave(l->level);
   weft__store_release(&l->held, 0);
 }
 
