@@ -452,6 +452,83 @@ WEFT_EXTERN int weft_connect(int fd, const struct sockaddr *addr, socklen_t addr
 /* Wait until fd has one of `events` (POLLIN, POLLOUT): returns the revents (POLLHUP/POLLERR included). */
 WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
 
+/*
+ * Owned descriptors. A socket, pipe, FIFO, terminal or eventfd handed to
+ * weft once: weft makes it non-blocking, and on a fiber's first wait
+ * registers it with its carrier's epoll for both directions, edge-triggered,
+ * for the rest of its life. Readiness is kept per direction (Go's netpoller
+ * does the same), so a wait is a park and a wake is a flag: no epoll_ctl per
+ * wait, and a read that follows "nothing there" (EAGAIN) with no readiness
+ * seen since parks at once instead of trying again. The calls on raw
+ * descriptors above cost one epoll_ctl per wait and a read that finds
+ * nothing per exchange; an owned descriptor costs one epoll_ctl in its life
+ * (two with the removal at close).
+ *
+ * A weft_fd is a handle by value ({0} is none). It carries a generation:
+ * once weft_fd_close has been called, every call with that handle fails with
+ * -EBADF, even after the slot and the descriptor number have been reused, and
+ * readiness of a reused descriptor number never reaches the old handle's
+ * waiters.
+ *
+ * weft_fd_close wakes every fiber and thread waiting on the descriptor: their
+ * calls return -EBADF (a fiber at once, a thread within 20 ms). The
+ * descriptor itself is closed when the last call that uses it has returned,
+ * so a call that is inside a system call when another closes the handle can
+ * never act on a reused number.
+ *
+ * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
+ * blocks in poll(2). One fiber per direction at a time: a second fiber
+ * reading (or writing) that would wait while one waits gets -EBUSY; threads
+ * are not counted (each polls for itself). Deadlines, errors and
+ * -ECANCELED are those of the calls on raw descriptors. Any context,
+ * thread-safe; no weft_init needed.
+ */
+typedef struct weft_fd {
+  uint64_t id_; /* private: 0 is no descriptor */
+} weft_fd;
+
+/*
+ * Take ownership of fd: it must be pollable (a socket, pipe, FIFO, terminal,
+ * eventfd; -EPERM for a regular file or a block device, which epoll cannot
+ * watch: use weft_read). Sets O_NONBLOCK on it. On success weft owns fd: do
+ * not close it (weft_fd_close does) or clear O_NONBLOCK. On failure fd is
+ * left open and as it was. 0, -EINVAL (out NULL, fd < 0), -EBADF, -EPERM,
+ * -ENOMEM.
+ */
+WEFT_EXTERN int weft_fd_open(int fd, weft_fd *out);
+/* socket(2) with SOCK_NONBLOCK | SOCK_CLOEXEC, owned at once. 0 or -errno. */
+WEFT_EXTERN int weft_fd_socket(int domain, int type, int protocol, weft_fd *out);
+/*
+ * Close: wakes every waiter with -EBADF and closes the descriptor once no
+ * call uses it. 0, or -EBADF for a handle that is none or already closed.
+ */
+WEFT_EXTERN int weft_fd_close(weft_fd f);
+/*
+ * The descriptor, for setsockopt, bind, listen, getsockname and the like;
+ * it stays weft's (do not close it). -EBADF for a closed handle.
+ */
+WEFT_EXTERN int weft_fd_native(weft_fd f);
+/* One read (a short count is possible, 0 at end of file), as read(2). */
+WEFT_EXTERN ssize_t weft_fd_read(weft_fd f, void *buf, size_t len, int64_t deadline_ns);
+/*
+ * Write all len bytes, waiting as needed (sockets: MSG_NOSIGNAL, so a closed
+ * peer gives -EPIPE and no SIGPIPE). Returns len; when an error or the
+ * deadline comes after some bytes went out, the count written (the next call
+ * reports the error).
+ */
+WEFT_EXTERN ssize_t weft_fd_write(weft_fd f, const void *buf, size_t len, int64_t deadline_ns);
+/* One readv(2); all of the vectors for writev, as weft_fd_write. iovcnt 1 to IOV_MAX. */
+WEFT_EXTERN ssize_t weft_fd_readv(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns);
+WEFT_EXTERN ssize_t weft_fd_writev(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns);
+/* Accept a connection as an owned descriptor (non-blocking, close-on-exec) in *out. 0 or -errno. */
+WEFT_EXTERN int weft_fd_accept(weft_fd listener, struct sockaddr *addr, socklen_t *addrlen, weft_fd *out,
+                               int64_t deadline_ns);
+/* Connect; 0 once connected, or the connection's error (-ECONNREFUSED, ...). */
+WEFT_EXTERN int weft_fd_connect(weft_fd f, const struct sockaddr *addr, socklen_t addrlen,
+                                int64_t deadline_ns);
+/* Wait until readable (POLLIN) or writable (POLLOUT): returns the revents seen. */
+WEFT_EXTERN int weft_fd_poll(weft_fd f, short events, int64_t deadline_ns);
+
 /* ------------------------------------------------------------------------ */
 /* Offload                                                                   */
 /* ------------------------------------------------------------------------ */

@@ -49,8 +49,9 @@
 
 #ifdef WEFT_TESTING
 
-static const char *const site_names[WEFT__F_COUNT] = {
-    "malloc", "mmap", "mprotect", "madvise", "pthread_create", "epoll", "eventfd", "io_uring", "sigaltstack"};
+static const char *const site_names[WEFT__F_COUNT] = {"malloc",         "mmap",  "mprotect", "madvise",
+                                                      "pthread_create", "epoll", "eventfd",  "io_uring",
+                                                      "sigaltstack",    "ownfd"};
 static unsigned long fired_per_site[WEFT__F_COUNT];
 static unsigned long runs_per_site[WEFT__F_COUNT];
 static int baseline_fds = -1;

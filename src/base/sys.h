@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 
 /* The places where a fault can be injected. */
@@ -28,6 +30,7 @@ enum weft__fault_site {
   WEFT__F_EVENTFD,        /* eventfd */
   WEFT__F_URING,          /* io_uring_queue_init */
   WEFT__F_SIGALTSTACK,    /* sigaltstack */
+  WEFT__F_OWNFD,          /* what makes an owned descriptor: fcntl(O_NONBLOCK), socket, accept4 */
   WEFT__F_COUNT
 };
 
@@ -123,6 +126,28 @@ static inline int weft__eventfd(void) {
   if (weft__fault(WEFT__F_EVENTFD)) return -EMFILE;
   int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return fd >= 0 ? fd : -errno;
+}
+
+/* fcntl(fd, F_SETFL, flags) for an owned descriptor: 0 or a negative errno. */
+static inline int weft__setfl(int fd, int flags) {
+  if (weft__fault(WEFT__F_OWNFD)) return -EBADF;
+  return fcntl(fd, F_SETFL, flags) == 0 ? 0 : -errno;
+}
+
+/* socket(2): a descriptor or a negative errno. */
+static inline int weft__socket(int domain, int type, int protocol) {
+  if (weft__fault(WEFT__F_OWNFD)) return -EMFILE;
+  int fd = socket(domain, type, protocol);
+  return fd >= 0 ? fd : -errno;
+}
+
+/* accept4(2), EINTR absorbed: a descriptor or a negative errno. */
+static inline int weft__accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
+  if (weft__fault(WEFT__F_OWNFD)) return -EMFILE;
+  int c;
+  do c = accept4(fd, addr, len, flags);
+  while (c < 0 && errno == EINTR);
+  return c >= 0 ? c : -errno;
 }
 
 #endif /* WEFT_SYS_H */

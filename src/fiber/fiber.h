@@ -275,5 +275,8 @@ extern atomic_uint weft__outside_calls;
 
 /* The poller of the carrier that f runs on (fibers never move): where its descriptor and file waits go. */
 struct weft__poller *weft__fiber_poller(const weft__fiber *f);
+/* A poller that lasts as long as the runtime (the home's, unless that is a compensation carrier), for
+ * registrations that outlive one wait (owned descriptors). */
+struct weft__poller *weft__fiber_lasting_poller(const weft__fiber *f);
 
 #endif /* WEFT_FIBER_FIBER_H */

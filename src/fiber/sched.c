@@ -163,6 +163,7 @@
 #include "fiber.h"
 #include "overflow.h"
 #include "sched.h"
+#include "../poll/owned.h"
 #include "stack.h"
 
 /* --- queues ---------------------------------------------------------------------- */
@@ -201,6 +202,11 @@ void (*weft__test_before_sleep)(unsigned carrier);
 
 struct weft__poller *weft__fiber_poller(const weft__fiber *f) {
   return &f->home->poller;
+}
+
+struct weft__poller *weft__fiber_lasting_poller(const weft__fiber *f) {
+  /* A compensation carrier retires, and its epoll with it; the first carrier lives as long as the runtime. */
+  return f->home->extra ? &rt.carriers[0]->poller : &f->home->poller;
 }
 
 unsigned weft__carriers_n(void) { return atomic_load_explicit(&rt.ncarriers, memory_order_acquire); }
@@ -1491,11 +1497,15 @@ void weft__fibers_shutdown(void) {
   weft__monitor_stop();
   weft__carriers_reap_locked();
   stop_carriers_locked();
+  /* Owned descriptors registered with the pollers just closed register again with the next runtime's. */
+  weft__owned_new_epoch();
   pthread_mutex_unlock(&rt.mu);
 }
 
 static void atfork_child(void) {
-  /* The carriers did not come along; their memory is the parent's business. */
+  /* The carriers did not come along; their memory is the parent's business. Their epolls are shared with
+   * the parent: owned descriptors register with the child's own. */
+  weft__owned_new_epoch();
   pthread_mutex_init(&rt.mu, NULL);
   pthread_cond_init(&rt.quiesce_cv, NULL);
   atomic_store(&rt.state, RT_STOPPED);

@@ -28,11 +28,15 @@
 
 #include "../base/clock.h"
 #include "../base/sys.h"
+#include "owned.h"
 #include "uring.h"
 
-/* epoll_data.u64: the kind of source in the high half, a descriptor in the low half. */
-enum { TAG_WAKE = 1, TAG_FD = 2, TAG_URING = 3 };
-#define TAG(kind, fd) (((uint64_t)(kind) << 32) | (uint32_t)(fd))
+/*
+ * epoll_data.u64: the kind of source in the top byte, a descriptor in the low
+ * half (an owned descriptor's slot: its index and generation, owned.c).
+ */
+enum { TAG_WAKE = 1, TAG_FD = 2, TAG_URING = 3, TAG_OWNED = WEFT__TAG_OWNED };
+#define TAG(kind, fd) (((uint64_t)(kind) << 56) | (uint32_t)(fd))
 
 int weft__poller_init(weft__poller *p, bool uring) {
   p->epfd = p->wakefd = -1;
@@ -40,6 +44,7 @@ int weft__poller_init(weft__poller *p, bool uring) {
   p->fds = NULL;
   p->nfds = 0;
   p->waiting = 0;
+  atomic_init(&p->owned_waiting, 0);
   p->uring = NULL;
   p->uring_allowed = uring;
   int ep = weft__epoll_create();
@@ -93,7 +98,10 @@ void weft__poller_wake(weft__poller *p) {
   }
 }
 
-bool weft__poller_busy(const weft__poller *p) { return p->waiting > 0 || weft__uring_busy(p); }
+bool weft__poller_busy(const weft__poller *p) {
+  return p->waiting > 0 || atomic_load_explicit(&p->owned_waiting, memory_order_relaxed) > 0 ||
+         weft__uring_busy(p);
+}
 
 /* --- descriptor waits ------------------------------------------------------------------ */
 
@@ -264,7 +272,7 @@ int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
   int woken = 0;
   for (int i = 0; i < n; i++) {
     uint64_t tag = evs[i].data.u64;
-    switch ((int)(tag >> 32)) {
+    switch ((int)(tag >> 56)) {
     case TAG_WAKE: {
       uint64_t v;
       ssize_t r = read(p->wakefd, &v, sizeof v);
@@ -276,6 +284,9 @@ int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
       break;
     case TAG_URING:
       woken += weft__uring_reap(p);
+      break;
+    case TAG_OWNED:
+      woken += weft__owned_event(tag, evs[i].events);
       break;
     default:
       break;

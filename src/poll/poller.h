@@ -27,14 +27,15 @@ typedef struct weft__fdwait {
 } weft__fdwait;
 
 typedef struct weft__poller {
-  int epfd;            /* the epoll instance */
-  int wakefd;          /* an eventfd that other threads write to wake the carrier */
-  atomic_int sleeping; /* 1 while the owner is in (or entering) its wait: wakers write only then */
-  weft__fdwait *fds;   /* indexed by descriptor: owner only */
-  size_t nfds;         /* entries in fds */
-  size_t waiting;      /* descriptor waits armed now: owner only */
-  void *uring;         /* the carrier's io_uring (uring.c), or NULL */
-  bool uring_allowed;  /* WEFT_IO_URING: the ring may be set up on first use */
+  int epfd;                    /* the epoll instance */
+  int wakefd;                  /* an eventfd that other threads write to wake the carrier */
+  atomic_int sleeping;         /* 1 while the owner is in (or entering) its wait: wakers write only then */
+  weft__fdwait *fds;           /* indexed by descriptor: owner only */
+  size_t nfds;                 /* entries in fds */
+  size_t waiting;              /* descriptor waits armed now: owner only */
+  atomic_size_t owned_waiting; /* fibers parked on owned descriptors registered here (any carrier's) */
+  void *uring;                 /* the carrier's io_uring (uring.c), or NULL */
+  bool uring_allowed;          /* WEFT_IO_URING: the ring may be set up on first use */
 } weft__poller;
 
 /* Open the poller; `uring`: may it set up an io_uring for regular files. 0 or -errno (nothing is left open on

@@ -111,7 +111,7 @@ static ring *ring_get(weft__poller *p) {
     return NULL;
   }
   r->evfd = weft__eventfd();
-  struct epoll_event e = {.events = EPOLLIN, .data.u64 = ((uint64_t)3 << 32)};
+  struct epoll_event e = {.events = EPOLLIN, .data.u64 = ((uint64_t)3 << 56)};
   if (r->evfd < 0 || io_uring_register_eventfd(&r->ring, r->evfd) != 0 ||
       weft__epoll_ctl(p->epfd, EPOLL_CTL_ADD, r->evfd, &e) != 0) {
     if (r->evfd >= 0) close(r->evfd);

@@ -1,0 +1,388 @@
+/*
+ * This file contains the calls on owned descriptors (weft_fd_*, weft.h).
+ * The slots, their readiness and their waits are the poller's
+ * (poll/owned.h); here is the shape shared by every call:
+ *
+ *   take a reference on the handle (a closed one fails with -EBADF);
+ *   loop: note the direction's edge counter; try the operation, unless the
+ *         last try in this direction said EAGAIN and no edge came since;
+ *         on EAGAIN wait, a fiber for the counter to move (its first wait
+ *         registers the descriptor), a thread in poll(2);
+ *   let go of the reference (the last one out of a closed slot closes it).
+ *
+ * A plain thread does not use the registration: it blocks in poll(2), in
+ * slices of THREAD_SLICE_MS so that weft_fd_close and cancellation reach it.
+ */
+#include "../base/clock.h"
+#include "../base/internal.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "../base/sys.h"
+#include "../fiber/fiber.h"
+#include "../poll/owned.h"
+#include "../sync/tctx.h"
+
+#define THREAD_SLICE_MS 20
+
+/* --- waiting --------------------------------------------------------------------------------- */
+
+/* A thread: poll(2) until ready, the deadline, close or cancellation. revents (> 0) or -errno. */
+static int wait_thread(weft__oslot *s, short events, int64_t deadline_ns) {
+  for (;;) {
+    if (weft__owned_closing(s)) return -EBADF;
+    if (weft__tctx_cancelled()) return -ECANCELED;
+    int ms = THREAD_SLICE_MS;
+    if (deadline_ns == 0) {
+      ms = 0;
+    } else if (deadline_ns > 0) {
+      int64_t left = deadline_ns - weft__mono_ns();
+      if (left <= 0) return -ETIMEDOUT;
+      int64_t m = (left + 999999) / 1000000; /* never wake before the deadline */
+      if (m < ms) ms = (int)m;
+    }
+    struct pollfd pfd = {.fd = s->fd, .events = events};
+    int n = poll(&pfd, 1, ms);
+    if (n > 0) return (pfd.revents & POLLNVAL) ? -EBADF : pfd.revents;
+    if (n < 0 && errno != EINTR) return -errno;
+    if (n == 0 && deadline_ns == 0) return -ETIMEDOUT;
+  }
+}
+
+/*
+ * Wait for direction `write` of s after a try that said EAGAIN with the edge
+ * counter at `seen`. 0 (try again) or a negative errno.
+ */
+static int wait_dir(weft__oslot *s, bool write, unsigned seen, int64_t deadline_ns) {
+  if (deadline_ns == 0) return -ETIMEDOUT;
+  weft__fiber *self = weft__parkable_self();
+  if (!self) {
+    int w = wait_thread(s, write ? POLLOUT : POLLIN, deadline_ns);
+    return w < 0 ? w : 0;
+  }
+  int rc = weft__owned_register(s, weft__fiber_lasting_poller(self));
+  if (rc < 0) return rc;
+  return weft__owned_wait(s, write, seen, deadline_ns);
+}
+
+/* --- the transfer loop ------------------------------------------------------------------------ */
+
+typedef ssize_t (*attempt_fn)(weft__oslot *s, void *ctx);
+
+/*
+ * Run `attempt` on direction `write` until it does not say EAGAIN. The
+ * "known empty" skip: a fiber whose last try found nothing, with no edge
+ * since, waits before trying. A thread always tries first (its wait is
+ * poll(2), which looks at the descriptor itself).
+ */
+static ssize_t op_loop(weft__oslot *s, bool write, int64_t deadline_ns, attempt_fn attempt, void *ctx) {
+  weft__odir *d = write ? &s->wr : &s->rd;
+  bool fiber = weft__parkable_self() != NULL;
+  for (;;) {
+    unsigned seen = atomic_load(&d->edges);
+    if (!(fiber && d->empty && d->empty_at == seen && deadline_ns != 0)) {
+      ssize_t r = attempt(s, ctx);
+      if (r != -EAGAIN && r != -EWOULDBLOCK) {
+        d->empty = false;
+        return r;
+      }
+      d->empty = true;
+      d->empty_at = seen;
+    }
+    int w = wait_dir(s, write, seen, deadline_ns);
+    if (w < 0) return w;
+  }
+}
+
+static ssize_t neg(ssize_t r) { return r < 0 ? -errno : r; }
+
+typedef struct rw_ctx {
+  const struct iovec *iov;
+  int iovcnt;
+} rw_ctx;
+
+static ssize_t try_read(weft__oslot *s, void *arg) {
+  rw_ctx *c = arg;
+  ssize_t r;
+  do
+    r = c->iovcnt == 1 ? read(s->fd, c->iov[0].iov_base, c->iov[0].iov_len) : readv(s->fd, c->iov, c->iovcnt);
+  while (r < 0 && errno == EINTR);
+  return neg(r);
+}
+
+static ssize_t try_write(weft__oslot *s, void *arg) {
+  rw_ctx *c = arg;
+  ssize_t r;
+  do {
+    if (s->socket) {
+      struct msghdr m = {.msg_iov = (struct iovec *)c->iov, .msg_iovlen = (size_t)c->iovcnt};
+      r = c->iovcnt == 1 ? send(s->fd, c->iov[0].iov_base, c->iov[0].iov_len, MSG_NOSIGNAL)
+                         : sendmsg(s->fd, &m, MSG_NOSIGNAL);
+    } else {
+      r = c->iovcnt == 1 ? write(s->fd, c->iov[0].iov_base, c->iov[0].iov_len)
+                         : writev(s->fd, c->iov, c->iovcnt);
+    }
+  } while (r < 0 && errno == EINTR);
+  return neg(r);
+}
+
+static bool iov_ok(const struct iovec *iov, int iovcnt, size_t *total) {
+  if (!iov || iovcnt < 1 || iovcnt > IOV_MAX) return false;
+  size_t sum = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    if (!iov[i].iov_base && iov[i].iov_len) return false;
+    if (iov[i].iov_len > SSIZE_MAX - sum) return false;
+    sum += iov[i].iov_len;
+  }
+  *total = sum;
+  return true;
+}
+
+/* Take a reference for a call, after the checks that need none. */
+static weft__oslot *enter(weft_fd f, int64_t deadline_ns, int *err) {
+  if (!weft__deadline_ok(deadline_ns)) {
+    *err = -EINVAL;
+    return NULL;
+  }
+  weft__oslot *s = weft__owned_acquire(f.id_);
+  if (!s) {
+    *err = -EBADF;
+    return NULL;
+  }
+  if (weft__tctx_cancelled()) {
+    weft__owned_release(s);
+    *err = -ECANCELED;
+    return NULL;
+  }
+  return s;
+}
+
+static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns) {
+  int err;
+  weft__oslot *s = enter(f, deadline_ns, &err);
+  if (!s) return err;
+  rw_ctx c = {iov, iovcnt};
+  ssize_t r = op_loop(s, false, deadline_ns, try_read, &c);
+  weft__owned_release(s);
+  return r;
+}
+
+/* Write every byte of iov (the caller's array is not changed: a copy advances). */
+#define IOV_ON_STACK 8
+static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_t total,
+                            int64_t deadline_ns) {
+  int err;
+  weft__oslot *s = enter(f, deadline_ns, &err);
+  if (!s) return err;
+  struct iovec local[IOV_ON_STACK], *v = local;
+  if (iovcnt > IOV_ON_STACK) {
+    v = weft__malloc((size_t)iovcnt * sizeof *v);
+    if (!v) {
+      weft__owned_release(s);
+      return -ENOMEM;
+    }
+  }
+  for (int i = 0; i < iovcnt; i++) v[i] = iov[i];
+  rw_ctx c = {v, iovcnt};
+  size_t done = 0;
+  ssize_t r = 0;
+  while (done < total) {
+    r = op_loop(s, true, deadline_ns, try_write, &c);
+    if (r < 0) break;
+    done += (size_t)r;
+    /* Step over what went out. */
+    size_t k = (size_t)r;
+    while (c.iovcnt > 0 && k >= c.iov[0].iov_len) {
+      k -= c.iov[0].iov_len;
+      c.iov++;
+      c.iovcnt--;
+    }
+    if (c.iovcnt > 0 && k) {
+      struct iovec *first = (struct iovec *)c.iov;
+      first->iov_base = (char *)first->iov_base + k;
+      first->iov_len -= k;
+    }
+    /* Zero-length vectors left at the end: nothing more to write. */
+    while (c.iovcnt > 0 && c.iov[0].iov_len == 0) {
+      c.iov++;
+      c.iovcnt--;
+    }
+    if (c.iovcnt == 0) break;
+  }
+  if (v != local) weft__free(v);
+  weft__owned_release(s);
+  if (r < 0 && done == 0) return r;
+  return (ssize_t)done;
+}
+
+/* --- the calls ---------------------------------------------------------------------------------- */
+
+static int own(int fd, bool socket, bool set_nonblock, int old_flags, weft_fd *out) {
+  if (set_nonblock) {
+    int rc = weft__setfl(fd, old_flags | O_NONBLOCK);
+    if (rc < 0) return rc;
+  }
+  uint64_t id;
+  int rc = weft__owned_new(fd, socket, &id);
+  if (rc < 0) {
+    if (set_nonblock) fcntl(fd, F_SETFL, old_flags); /* as it was */
+    return rc;
+  }
+  out->id_ = id;
+  return 0;
+}
+
+int weft_fd_open(int fd, weft_fd *out) {
+  if (!out || fd < 0) return -EINVAL;
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -errno;
+  /* epoll refuses these (EPERM): they are always "ready", and a read may block on the disk. */
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) return -EPERM;
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0) return -errno;
+  return own(fd, S_ISSOCK(st.st_mode), !(fl & O_NONBLOCK), fl, out);
+}
+
+int weft_fd_socket(int domain, int type, int protocol, weft_fd *out) {
+  if (!out) return -EINVAL;
+  int fd = weft__socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+  if (fd < 0) return fd;
+  int rc = own(fd, true, false, 0, out);
+  if (rc < 0) close(fd);
+  return rc;
+}
+
+int weft_fd_close(weft_fd f) { return weft__owned_close(f.id_); }
+
+int weft_fd_native(weft_fd f) {
+  weft__oslot *s = weft__owned_acquire(f.id_);
+  if (!s) return -EBADF;
+  int fd = s->fd;
+  weft__owned_release(s);
+  return fd;
+}
+
+ssize_t weft_fd_read(weft_fd f, void *buf, size_t len, int64_t deadline_ns) {
+  if ((!buf && len) || len > SSIZE_MAX) return -EINVAL;
+  struct iovec v = {buf, len};
+  return readv_owned(f, &v, 1, deadline_ns);
+}
+
+ssize_t weft_fd_readv(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns) {
+  size_t total;
+  if (!iov_ok(iov, iovcnt, &total)) return -EINVAL;
+  return readv_owned(f, iov, iovcnt, deadline_ns);
+}
+
+ssize_t weft_fd_write(weft_fd f, const void *buf, size_t len, int64_t deadline_ns) {
+  if ((!buf && len) || len > SSIZE_MAX) return -EINVAL;
+  struct iovec v = {(void *)buf, len};
+  return writev_owned(f, &v, 1, len, deadline_ns);
+}
+
+ssize_t weft_fd_writev(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns) {
+  size_t total;
+  if (!iov_ok(iov, iovcnt, &total)) return -EINVAL;
+  return writev_owned(f, iov, iovcnt, total, deadline_ns);
+}
+
+typedef struct accept_ctx {
+  struct sockaddr *addr;
+  socklen_t *addrlen;
+} accept_ctx;
+
+static ssize_t try_accept(weft__oslot *s, void *arg) {
+  accept_ctx *a = arg;
+  for (;;) {
+    int c = weft__accept4(s->fd, a->addr, a->addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    /* A connection reset before we took it is not the listener's failure: take the next. */
+    if (c == -ECONNABORTED) continue;
+    return c;
+  }
+}
+
+int weft_fd_accept(weft_fd listener, struct sockaddr *addr, socklen_t *addrlen, weft_fd *out,
+                   int64_t deadline_ns) {
+  if (!out || (addr && !addrlen)) return -EINVAL;
+  int err;
+  weft__oslot *s = enter(listener, deadline_ns, &err);
+  if (!s) return err;
+  if (!s->socket) {
+    weft__owned_release(s);
+    return -ENOTSOCK;
+  }
+  /* A socket that does not listen would never be ready: say so instead of waiting forever. */
+  int listening = 0;
+  socklen_t sl = sizeof listening;
+  if (getsockopt(s->fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &sl) != 0 || !listening) {
+    weft__owned_release(s);
+    return -EINVAL;
+  }
+  accept_ctx a = {addr, addrlen};
+  ssize_t c = op_loop(s, false, deadline_ns, try_accept, &a);
+  weft__owned_release(s);
+  if (c < 0) return (int)c;
+  int rc = own((int)c, true, false, 0, out);
+  if (rc < 0) close((int)c);
+  return rc;
+}
+
+int weft_fd_connect(weft_fd f, const struct sockaddr *addr, socklen_t addrlen, int64_t deadline_ns) {
+  if (!addr) return -EINVAL;
+  int err;
+  weft__oslot *s = enter(f, deadline_ns, &err);
+  if (!s) return err;
+  unsigned seen = atomic_load(&s->wr.edges);
+  int rc = connect(s->fd, addr, addrlen);
+  if (rc != 0) rc = -errno;
+  /* EINTR: the connection goes on in the background, as with EINPROGRESS. */
+  if (rc == -EINPROGRESS || rc == -EINTR) {
+    rc = 0;
+    for (;;) {
+      struct pollfd p = {.fd = s->fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) > 0) break; /* connected, or failed: SO_ERROR says which */
+      rc = wait_dir(s, true, seen, deadline_ns);
+      if (rc < 0) break;
+      seen = atomic_load(&s->wr.edges);
+    }
+    if (rc >= 0) {
+      int soerr = 0;
+      socklen_t sl = sizeof soerr;
+      rc = getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 ? -errno : -soerr;
+    }
+  }
+  weft__owned_release(s);
+  return rc;
+}
+
+int weft_fd_poll(weft_fd f, short events, int64_t deadline_ns) {
+  bool rd = events & POLLIN, wr = events & POLLOUT;
+  if (rd == wr) return -EINVAL; /* exactly one direction */
+  int err;
+  weft__oslot *s = enter(f, deadline_ns, &err);
+  if (!s) return err;
+  int rc;
+  for (;;) {
+    unsigned seen = atomic_load(wr ? &s->wr.edges : &s->rd.edges);
+    struct pollfd p = {.fd = s->fd, .events = events};
+    int n = poll(&p, 1, 0);
+    if (n > 0) {
+      rc = p.revents;
+      break;
+    }
+    if (n < 0 && errno != EINTR) {
+      rc = -errno;
+      break;
+    }
+    rc = wait_dir(s, wr, seen, deadline_ns);
+    if (rc < 0) break;
+  }
+  weft__owned_release(s);
+  return rc;
+}

@@ -1,0 +1,112 @@
+/*
+ * This file contains the poller's side of owned descriptors (weft_fd in
+ * weft.h; the calls are in io/fd.c): a table of slots, one per descriptor
+ * handed to weft, each registered once with one carrier's epoll,
+ * edge-triggered for both directions, and each keeping what epoll said of
+ * it since (Go's pollDesc).
+ *
+ * Per direction a slot keeps an edge counter and at most one waiter. The
+ * carrier whose epoll reports an edge adds one to the counter and wakes the
+ * waiter, if any, under the slot's lock. A caller notes the counter before
+ * it tries the operation; when the operation says EAGAIN it keeps that value
+ * (`empty_at`) and parks only while the counter still has it. No edge can
+ * be lost: data that comes after the EAGAIN makes the kernel queue the
+ * descriptor again (an edge-triggered item leaves epoll's ready list each
+ * time it is reported), so the counter moves after it. And the next call in
+ * that direction, seeing the counter still at `empty_at`, parks without
+ * trying: in a request-reply exchange the read after a write then costs no
+ * system call that only says EAGAIN. The counter is exact in one direction
+ * only: an edge may be counted for data that an earlier read already took,
+ * which costs one attempt more, never a missed wake-up.
+ *
+ * Slots are never freed (a carrier may handle an event for a slot that has
+ * just been closed on another thread): closed ones go to the back of a free
+ * list. A handle is the slot's index and its generation, and every event's
+ * epoll data carries the generation too, so neither a stale handle nor a
+ * stale event can reach the slot's next descriptor.
+ *
+ * Closing: a slot counts the calls that use it (refs); weft_fd_close marks
+ * it closing, wakes both waiters, and the last call to leave (or close
+ * itself, when none is inside) removes the registration, closes the
+ * descriptor and frees the slot.
+ */
+#ifndef WEFT_POLL_OWNED_H
+#define WEFT_POLL_OWNED_H
+
+#include "../base/internal.h"
+#include "../base/lock.h"
+#include "../sync/wait.h"
+#include "poller.h"
+
+/* One direction of a slot. */
+typedef struct weft__odir {
+  atomic_uint edges;            /* edges reported by epoll for this direction (any carrier; under lock) */
+  unsigned empty_at;            /* edges when a call last saw EAGAIN (valid when `empty`); the caller's */
+  bool empty;                   /* the caller saw EAGAIN at empty_at */
+  weft__waiter *waiter;         /* parked here, or NULL: under lock */
+  atomic_uint_fast32_t revents; /* the POLL* bits of the last edge, for weft_fd_poll */
+} weft__odir;
+
+typedef struct weft__oslot {
+  weft__lock lock;                  /* guards the waiters (WEFT__LOCK_OBJECT) */
+  atomic_uint gen;                  /* generation: bumped when the slot is freed */
+  atomic_uint_fast64_t refs;        /* calls inside, plus the CLOSING and FINAL bits */
+  int fd;                           /* the descriptor: set before the handle exists, until FINAL */
+  bool socket;                      /* a socket: writes use send(MSG_NOSIGNAL) */
+  atomic_int reg_epfd;              /* the epoll it is registered with, -1 none (or registering: -2) */
+  atomic_uint reg_epoch;            /* weft__owned_epoch() when it was registered */
+  weft__poller *_Atomic reg_poller; /* the poller of reg_epfd (its carrier harvests the edges) */
+  weft__odir rd, wr;
+  uint32_t idx;       /* its index in the table (fixed) */
+  uint32_t next_free; /* free list link: under the table's lock */
+} weft__oslot;
+
+#define WEFT__OREF_CLOSING (1ull << 62)
+#define WEFT__OREF_FINAL   (1ull << 63)
+
+/* Allocate a slot for fd (already non-blocking); *id gets the handle. 0 or -ENOMEM. */
+int weft__owned_new(int fd, bool socket, uint64_t *id);
+
+/*
+ * Take a reference for a call on handle id: the slot, or NULL (stale or
+ * closing handle: -EBADF). Every successful acquire is paired with one
+ * weft__owned_release.
+ */
+weft__oslot *weft__owned_acquire(uint64_t id);
+void weft__owned_release(weft__oslot *s);
+
+/* Mark closing, wake both waiters; the descriptor closes with the last reference. 0 or -EBADF. */
+int weft__owned_close(uint64_t id);
+
+/* True once weft_fd_close has been called for the slot's handle. */
+static inline bool weft__owned_closing(weft__oslot *s) { return atomic_load(&s->refs) & WEFT__OREF_CLOSING; }
+
+/*
+ * Make sure the slot is registered with an epoll that a running carrier
+ * waits on: p's, unless it is registered already (with this runtime). 0 or
+ * the negative errno of epoll_ctl (the next wait tries again).
+ */
+int weft__owned_register(weft__oslot *s, weft__poller *p);
+
+/*
+ * Park the caller (a fiber: the waiter's context) until the direction's edge
+ * counter moves past `seen`, the deadline, cancellation or close. Returns 0
+ * (look again), -ETIMEDOUT, -ECANCELED, -EBADF (closed), -EBUSY (another
+ * waiter in this direction).
+ */
+int weft__owned_wait(weft__oslot *s, bool write, unsigned seen, int64_t deadline_ns);
+
+/* The poller's side: an epoll event whose data is `tag` (owned kind). Returns waiters woken. */
+int weft__owned_event(uint64_t tag, uint32_t events);
+
+/*
+ * Registrations belong to the runtime's pollers: when those close (shutdown)
+ * or are not the process's own (a forked child), the epoch moves on and the
+ * next wait registers again.
+ */
+void weft__owned_new_epoch(void);
+
+/* The epoll data of a slot's registration (poll_epoll.c's tag format). */
+#define WEFT__TAG_OWNED 4u
+
+#endif /* WEFT_POLL_OWNED_H */

@@ -1,0 +1,621 @@
+/*
+ * Suite "ownfd": owned descriptors (weft_fd_*): transfers, deadlines, EOF and
+ * EPIPE on fibers and threads and between the two; close while fibers and
+ * threads wait (every waiter gets -EBADF, the descriptor is closed after);
+ * handles and descriptor numbers reused after close; one waiter per
+ * direction; cancellation; TCP accept and connect; 5,000 connections on one
+ * carrier; faults injected in the calls that make an owned descriptor and in
+ * its registration.
+ */
+#include "base/sys.h"
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MS 1000000LL
+
+static int64_t in_ms(int ms) { return weft_now_ns() + ms * MS; }
+
+static intptr_t on_fiber(void *(*fn)(void *), void *arg) {
+  weft_future *f;
+  if (weft_future_start(WEFT_BLOCKING, fn, arg, &f) != 0) return -9999;
+  void *r = NULL;
+  weft_future_get(f, -1, &r);
+  weft_future_free(f);
+  return (intptr_t)r;
+}
+
+static void both_ways(void *(*fn)(void *), void *arg) {
+  CU_ASSERT_EQUAL(on_fiber(fn, arg), 0);
+  CU_ASSERT_EQUAL((intptr_t)fn(arg), 0);
+}
+
+#define CHECK(n, cond)                                                                                       \
+  do {                                                                                                       \
+    if (!(cond)) {                                                                                           \
+      fprintf(stderr, "\n  check %d failed: %s\n", (n), #cond);                                              \
+      return (void *)(intptr_t)(n);                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+static int owned_pair(weft_fd out[2]) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -errno;
+  int rc = weft_fd_open(sv[0], &out[0]);
+  if (rc == 0) rc = weft_fd_open(sv[1], &out[1]);
+  return rc;
+}
+
+/* --- transfers ----------------------------------------------------------------------------------- */
+
+static void *basics(void *arg) {
+  (void)arg;
+  weft_fd p[2];
+  CHECK(1, owned_pair(p) == 0);
+  int fd0 = weft_fd_native(p[0]);
+  CHECK(2, fd0 >= 0 && (fcntl(fd0, F_GETFL) & O_NONBLOCK));
+  CHECK(3, weft_fd_write(p[0], "hello", 5, -1) == 5);
+  char buf[64] = {0};
+  CHECK(4, weft_fd_read(p[1], buf, sizeof buf, in_ms(1000)) == 5 && memcmp(buf, "hello", 5) == 0);
+  /* Nothing there: a deadline, then "try once"; twice, so that the second wait starts from "known empty". */
+  for (int k = 0; k < 2; k++) {
+    int64_t t0 = weft_now_ns();
+    CHECK(5, weft_fd_read(p[1], buf, sizeof buf, in_ms(20)) == -ETIMEDOUT);
+    CHECK(6, weft_now_ns() - t0 >= 20 * MS);
+    CHECK(7, weft_fd_read(p[1], buf, sizeof buf, 0) == -ETIMEDOUT);
+  }
+  /* Data that comes after a read found nothing is read (the edge is not lost). */
+  CHECK(8, weft_fd_write(p[0], "a", 1, -1) == 1);
+  CHECK(9, weft_fd_read(p[1], buf, sizeof buf, in_ms(5000)) == 1 && buf[0] == 'a');
+  /* Vectors, both ways. */
+  struct iovec out[3] = {{"ab", 2}, {"", 0}, {"cde", 3}};
+  CHECK(10, weft_fd_writev(p[0], out, 3, -1) == 5);
+  char x[2], y[8];
+  struct iovec in[2] = {{x, 2}, {y, sizeof y}};
+  CHECK(11,
+        weft_fd_readv(p[1], in, 2, in_ms(1000)) == 5 && memcmp(x, "ab", 2) == 0 && memcmp(y, "cde", 3) == 0);
+  /* A write bigger than the socket buffer: all of it goes, while the other side reads. */
+  CHECK(12, weft_fd_close(p[0]) == 0);
+  CHECK(13, weft_fd_read(p[1], buf, sizeof buf, in_ms(1000)) == 0); /* EOF */
+  CHECK(14, weft_fd_write(p[1], "z", 1, -1) == -EPIPE);             /* no SIGPIPE */
+  CHECK(15, weft_fd_close(p[1]) == 0);
+  /* A closed handle: every call says so, and a second close too. */
+  CHECK(16, weft_fd_read(p[1], buf, 1, 0) == -EBADF && weft_fd_write(p[1], "z", 1, 0) == -EBADF);
+  CHECK(17, weft_fd_close(p[1]) == -EBADF && weft_fd_native(p[1]) == -EBADF);
+  CHECK(18, fcntl(fd0, F_GETFD) == -1 || fd0 != weft_fd_native(p[0])); /* closed (or reused since) */
+  return NULL;
+}
+
+static void test_basics(void) { both_ways(basics, NULL); }
+
+/* A big write (1 MiB, beyond any socket buffer) from one side while the other reads it all. */
+typedef struct bulk {
+  weft_fd fd;
+  size_t len;
+} bulk;
+
+static void *bulk_reader(void *arg) {
+  bulk *b = arg;
+  char buf[4096];
+  size_t got = 0;
+  while (got < b->len) {
+    ssize_t r = weft_fd_read(b->fd, buf, sizeof buf, in_ms(20000));
+    if (r <= 0) return (void *)(intptr_t)1;
+    for (ssize_t i = 0; i < r; i++)
+      if (buf[i] != (char)((got + (size_t)i) % 251)) return (void *)(intptr_t)2;
+    got += (size_t)r;
+  }
+  return NULL;
+}
+
+static void run_bulk(bool reader_fiber) {
+  /* Plain asserts only: this may run on a fiber, where a FATAL assert's longjmp must not go. */
+  weft_fd p[2];
+  int rc = owned_pair(p);
+  CU_ASSERT_EQUAL(rc, 0);
+  if (rc != 0) return;
+  size_t len = 1u << 20;
+  char *data = malloc(len);
+  for (size_t i = 0; i < len; i++) data[i] = (char)(i % 251);
+  bulk b = {p[1], len};
+  weft_future *rf = NULL;
+  pthread_t rt;
+  rc = reader_fiber ? weft_future_start(WEFT_BLOCKING, bulk_reader, &b, &rf)
+                    : -pthread_create(&rt, NULL, bulk_reader, &b);
+  CU_ASSERT_EQUAL(rc, 0);
+  if (rc != 0) return;
+  /* The writer is the caller: the main thread, or a fiber (bulk_on_fiber). */
+  ssize_t w = weft_fd_write(p[0], data, len, in_ms(20000));
+  CU_ASSERT_EQUAL(w, (ssize_t)len);
+  void *r = NULL;
+  if (reader_fiber) {
+    weft_future_get(rf, -1, &r);
+    weft_future_free(rf);
+  } else {
+    pthread_join(rt, &r);
+  }
+  CU_ASSERT_PTR_NULL(r);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+  free(data);
+}
+
+/* Writer on a fiber: the same bulk run, started as a future. */
+typedef struct bulk_job {
+  bool reader_fiber;
+} bulk_job;
+
+static void *bulk_on_fiber(void *arg) {
+  run_bulk(((bulk_job *)arg)->reader_fiber);
+  return NULL;
+}
+
+static void test_fibers_and_threads(void) {
+  /* thread writes, fiber reads; thread writes, thread reads; fiber writes, fiber reads; fiber writes, thread
+   * reads */
+  run_bulk(true);
+  run_bulk(false);
+  bulk_job a = {true}, b = {false};
+  on_fiber(bulk_on_fiber, &a);
+  on_fiber(bulk_on_fiber, &b);
+}
+
+/* --- close while waiting ----------------------------------------------------------------------------- */
+
+typedef struct waiter_args {
+  weft_fd fd;
+  bool write;
+  atomic_int entered;
+} waiter_args;
+
+static void *blocked_call(void *arg) {
+  waiter_args *a = arg;
+  atomic_store(&a->entered, 1);
+  if (a->write) {
+    /* Fill the socket buffer, then wait for room that never comes. A write cut short by the close
+     * returns what it wrote; the next one says why. */
+    static char chunk[65536];
+    for (;;) {
+      ssize_t r = weft_fd_write(a->fd, chunk, sizeof chunk, -1);
+      if (r < 0) return (void *)(intptr_t)r;
+    }
+  }
+  char buf[8];
+  return (void *)(intptr_t)weft_fd_read(a->fd, buf, sizeof buf, -1);
+}
+
+static void test_close_wakes_waiters(void) {
+  /* A fiber reading, a fiber writing, a thread reading: one close each, from the main thread. */
+  weft_fd a[2], b[2], c[2];
+  CU_ASSERT_EQUAL_FATAL(owned_pair(a), 0);
+  CU_ASSERT_EQUAL_FATAL(owned_pair(b), 0);
+  CU_ASSERT_EQUAL_FATAL(owned_pair(c), 0);
+  int native_a = weft_fd_native(a[0]);
+  waiter_args ra = {a[0], false, 0}, wb = {b[0], true, 0}, tc = {c[0], false, 0};
+  weft_future *f1, *f2;
+  pthread_t t3;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, blocked_call, &ra, &f1), 0);
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, blocked_call, &wb, &f2), 0);
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t3, NULL, blocked_call, &tc), 0);
+  while (!atomic_load(&ra.entered) || !atomic_load(&wb.entered) || !atomic_load(&tc.entered))
+    weft_test_sleep_ms(1);
+  weft_test_sleep_ms(50); /* let them reach their waits */
+  CU_ASSERT_EQUAL(weft_fd_close(a[0]), 0);
+  CU_ASSERT_EQUAL(weft_fd_close(b[0]), 0);
+  CU_ASSERT_EQUAL(weft_fd_close(c[0]), 0);
+  void *r1 = NULL, *r2 = NULL, *r3 = NULL;
+  CU_ASSERT_EQUAL(weft_future_get(f1, in_ms(10000), &r1), 0);
+  CU_ASSERT_EQUAL(weft_future_get(f2, in_ms(10000), &r2), 0);
+  pthread_join(t3, &r3);
+  CU_ASSERT_EQUAL((intptr_t)r1, -EBADF);
+  CU_ASSERT_EQUAL((intptr_t)r2, -EBADF);
+  CU_ASSERT_EQUAL((intptr_t)r3, -EBADF);
+  weft_future_free(f1);
+  weft_future_free(f2);
+  /* Every call has left: the descriptor is closed (its peer sees EOF). */
+  char buf[4];
+  CU_ASSERT_EQUAL(weft_fd_read(a[1], buf, sizeof buf, in_ms(5000)), 0);
+  CU_ASSERT_TRUE(fcntl(native_a, F_GETFD) == -1 || native_a == weft_fd_native(a[1]));
+  weft_fd_close(a[1]);
+  weft_fd_close(b[1]);
+  weft_fd_close(c[1]);
+}
+
+/*
+ * A descriptor number reused after close: the old file lives on (a dup the
+ * test keeps), and its peer becomes readable; a fiber waiting on the new
+ * descriptor with that number must see nothing of it, and the old handle
+ * stays closed.
+ */
+static void *reuse_scenario(void *arg) {
+  (void)arg;
+  weft_fd old[2];
+  CHECK(1, owned_pair(old) == 0);
+  char buf[16];
+  CHECK(2, weft_fd_read(old[0], buf, sizeof buf, in_ms(5)) == -ETIMEDOUT); /* registered now (on a fiber) */
+  int num = weft_fd_native(old[0]);
+  int keep = dup(num); /* the old file outlives the close */
+  CHECK(3, keep >= 0);
+  CHECK(4, weft_fd_close(old[0]) == 0);
+  /* Take the number again (the lowest free one: num). */
+  int sv[2];
+  CHECK(5, socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  int mine = sv[0] == num ? 0 : sv[1] == num ? 1 : -1;
+  weft_fd nw[2];
+  CHECK(6, weft_fd_open(sv[0], &nw[0]) == 0 && weft_fd_open(sv[1], &nw[1]) == 0);
+  /* The old file becomes readable. */
+  CHECK(7, weft_fd_write(old[1], "old", 3, -1) == 3);
+  /* The old handle: closed, whatever the number now holds. */
+  CHECK(8, weft_fd_read(old[0], buf, sizeof buf, 0) == -EBADF);
+  /* The new descriptor (the reused number if we got it): nothing to read, no wake with the old data. */
+  weft_fd probe = nw[mine < 0 ? 0 : mine];
+  CHECK(9, weft_fd_read(probe, buf, sizeof buf, in_ms(100)) == -ETIMEDOUT);
+  /* And what its own peer sends arrives. */
+  CHECK(10, weft_fd_write(nw[mine < 0 ? 1 : 1 - mine], "new", 3, -1) == 3);
+  CHECK(11, weft_fd_read(probe, buf, sizeof buf, in_ms(5000)) == 3 && memcmp(buf, "new", 3) == 0);
+  /* The old data is still where it belongs. */
+  CHECK(12, read(keep, buf, sizeof buf) == 3 && memcmp(buf, "old", 3) == 0);
+  close(keep);
+  weft_fd_close(old[1]);
+  weft_fd_close(nw[0]);
+  weft_fd_close(nw[1]);
+  return NULL;
+}
+
+static void test_reuse(void) { both_ways(reuse_scenario, NULL); }
+
+/* --- waiters, cancellation, bad input ------------------------------------------------------------------ */
+
+static void *second_reader(void *arg) {
+  weft_fd fd = *(weft_fd *)arg;
+  char b[4];
+  return (void *)(intptr_t)weft_fd_read(fd, b, sizeof b, in_ms(2000));
+}
+
+static void test_one_waiter_per_direction(void) {
+  weft_fd p[2];
+  CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
+  waiter_args a = {p[0], false, 0};
+  weft_future *f1, *f2;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, blocked_call, &a, &f1), 0);
+  while (!atomic_load(&a.entered)) weft_test_sleep_ms(1);
+  weft_test_sleep_ms(50);
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, second_reader, &p[0], &f2), 0);
+  void *r = NULL;
+  weft_future_get(f2, -1, &r);
+  /* Fibers: one waiter per direction. Futures on threads (no fibers) both poll(2), and the second one's
+   * deadline passes. */
+  CU_ASSERT_EQUAL((intptr_t)r, weft_test_fibers_expected() ? -EBUSY : -ETIMEDOUT);
+  weft_future_free(f2);
+  /* The first waiter still gets its data. */
+  CU_ASSERT_EQUAL(weft_fd_write(p[1], "abc", 3, -1), 3);
+  weft_future_get(f1, -1, &r);
+  CU_ASSERT_EQUAL((intptr_t)r, 3);
+  weft_future_free(f1);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+}
+
+static void test_cancel(void) {
+  weft_fd p[2];
+  CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
+  waiter_args a = {p[0], false, 0};
+  weft_future *f;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, blocked_call, &a, &f), 0);
+  while (!atomic_load(&a.entered)) weft_test_sleep_ms(1);
+  weft_test_sleep_ms(20);
+  CU_ASSERT_EQUAL(weft_future_cancel(f), -EBUSY);
+  void *r = NULL;
+  CU_ASSERT_EQUAL(weft_future_get(f, in_ms(10000), &r), 0);
+  CU_ASSERT_EQUAL((intptr_t)r, -ECANCELED);
+  weft_future_free(f);
+  /* The descriptor works on after the cancelled wait. */
+  char b[4];
+  CU_ASSERT_EQUAL(weft_fd_write(p[1], "x", 1, -1), 1);
+  CU_ASSERT_EQUAL(weft_fd_read(p[0], b, sizeof b, in_ms(5000)), 1);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+}
+
+static void test_bad_input(void) {
+  weft_fd none = {0}, f;
+  char b[4];
+  CU_ASSERT_EQUAL(weft_fd_open(-1, &f), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_open(0, NULL), -EINVAL);
+  int dead = dup(0);
+  close(dead);
+  CU_ASSERT_EQUAL(weft_fd_open(dead, &f), -EBADF);
+  /* A regular file: epoll cannot watch it; it is left as it was. */
+  char path[] = "/tmp/weft-ownfd-XXXXXX";
+  int rf = mkstemp(path);
+  CU_ASSERT_FATAL(rf >= 0);
+  unlink(path);
+  int fl = fcntl(rf, F_GETFL);
+  CU_ASSERT_EQUAL(weft_fd_open(rf, &f), -EPERM);
+  CU_ASSERT_EQUAL(fcntl(rf, F_GETFL), fl);
+  close(rf);
+  CU_ASSERT_EQUAL(weft_fd_read(none, b, 1, -1), -EBADF);
+  CU_ASSERT_EQUAL(weft_fd_close(none), -EBADF);
+  weft_fd forged = {0xdeadbeef00000001ull};
+  CU_ASSERT_EQUAL(weft_fd_write(forged, b, 1, -1), -EBADF);
+  weft_fd huge = {((uint64_t)1 << 32) | 0xffffffffu};
+  CU_ASSERT_EQUAL(weft_fd_read(huge, b, 1, -1), -EBADF);
+  weft_fd p[2];
+  CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
+  CU_ASSERT_EQUAL(weft_fd_read(p[0], NULL, 1, -1), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_read(p[0], b, 1, -2), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_readv(p[0], NULL, 1, -1), -EINVAL);
+  struct iovec v = {b, 1};
+  CU_ASSERT_EQUAL(weft_fd_writev(p[0], &v, 0, -1), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_poll(p[0], POLLIN | POLLOUT, -1), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_poll(p[0], 0, -1), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_accept(p[0], NULL, NULL, &f, 0), -EINVAL); /* not listening */
+  CU_ASSERT_EQUAL(weft_fd_accept(p[0], NULL, NULL, NULL, 0), -EINVAL);
+  CU_ASSERT_EQUAL(weft_fd_connect(p[0], NULL, 0, -1), -EINVAL);
+  /* After all that, the pair works. */
+  CU_ASSERT_EQUAL(weft_fd_poll(p[0], POLLOUT, -1) & POLLOUT, POLLOUT);
+  CU_ASSERT_EQUAL(weft_fd_write(p[0], "ok", 2, -1), 2);
+  CU_ASSERT_EQUAL(weft_fd_poll(p[1], POLLIN, in_ms(5000)) & POLLIN, POLLIN);
+  CU_ASSERT_EQUAL(weft_fd_read(p[1], b, sizeof b, -1), 2);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+}
+
+/* --- TCP ------------------------------------------------------------------------------------------------ */
+
+static int listen_any(weft_fd *l, struct sockaddr_in *addr) {
+  int rc = weft_fd_socket(AF_INET, SOCK_STREAM, 0, l);
+  if (rc < 0) return rc;
+  int fd = weft_fd_native(*l);
+  *addr = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof *addr;
+  if (bind(fd, (struct sockaddr *)addr, len) != 0 || listen(fd, 4096) != 0 ||
+      getsockname(fd, (struct sockaddr *)addr, &len) != 0)
+    return -errno;
+  return 0;
+}
+
+typedef struct tcp_srv {
+  weft_fd l;
+  int n;
+} tcp_srv;
+
+static void *tcp_server(void *arg) {
+  tcp_srv *s = arg;
+  for (int i = 0; i < s->n; i++) {
+    weft_fd c;
+    int rc = weft_fd_accept(s->l, NULL, NULL, &c, in_ms(20000));
+    if (rc < 0) return (void *)(intptr_t)rc;
+    char buf[64];
+    ssize_t r = weft_fd_read(c, buf, sizeof buf, in_ms(20000));
+    if (r > 0) r = weft_fd_write(c, buf, (size_t)r, -1);
+    weft_fd_close(c);
+    if (r <= 0) return (void *)(intptr_t)-1000;
+  }
+  return NULL;
+}
+
+static void *tcp_scenario(void *arg) {
+  (void)arg;
+  weft_fd l;
+  struct sockaddr_in addr;
+  CHECK(1, listen_any(&l, &addr) == 0);
+  tcp_srv s = {l, 3};
+  weft_future *sf;
+  CHECK(2, weft_future_start(WEFT_BLOCKING, tcp_server, &s, &sf) == 0);
+  for (int i = 0; i < 3; i++) {
+    weft_fd c;
+    CHECK(3, weft_fd_socket(AF_INET, SOCK_STREAM, 0, &c) == 0);
+    CHECK(4, weft_fd_connect(c, (struct sockaddr *)&addr, sizeof addr, in_ms(10000)) == 0);
+    CHECK(5, weft_fd_write(c, "ping", 4, -1) == 4);
+    char buf[8];
+    CHECK(6, weft_fd_read(c, buf, sizeof buf, in_ms(10000)) == 4 && memcmp(buf, "ping", 4) == 0);
+    CHECK(7, weft_fd_read(c, buf, sizeof buf, in_ms(10000)) == 0);
+    weft_fd_close(c);
+  }
+  void *r = NULL;
+  weft_future_get(sf, -1, &r);
+  weft_future_free(sf);
+  CHECK(8, r == NULL);
+  /* Nobody listens any more: refused. */
+  weft_fd_close(l);
+  weft_fd c;
+  CHECK(9, weft_fd_socket(AF_INET, SOCK_STREAM, 0, &c) == 0);
+  CHECK(10, weft_fd_connect(c, (struct sockaddr *)&addr, sizeof addr, in_ms(10000)) == -ECONNREFUSED);
+  weft_fd_close(c);
+  /* An accept with a deadline and no connection. */
+  CHECK(11, listen_any(&l, &addr) == 0);
+  weft_fd got;
+  CHECK(12, weft_fd_accept(l, NULL, NULL, &got, in_ms(20)) == -ETIMEDOUT);
+  CHECK(13, weft_fd_accept(l, NULL, NULL, &got, 0) == -ETIMEDOUT);
+  weft_fd_close(l);
+  return NULL;
+}
+
+static void test_tcp(void) { both_ways(tcp_scenario, NULL); }
+
+/* --- many connections on one carrier ------------------------------------------------------------------- */
+
+typedef struct conn {
+  weft_fd fd;
+  int rounds;
+} conn;
+
+static void *echo_side(void *arg) {
+  conn *c = arg;
+  char buf[64];
+  for (int i = 0; i < c->rounds; i++) {
+    ssize_t r = weft_fd_read(c->fd, buf, sizeof buf, in_ms(60000));
+    if (r <= 0 || weft_fd_write(c->fd, buf, (size_t)r, -1) != r) return (void *)1;
+  }
+  return NULL;
+}
+
+static int client_side(void *ctx, size_t i) {
+  conn *cs = ctx;
+  char msg[32], buf[64];
+  for (int k = 0; k < cs[i].rounds; k++) {
+    int len = snprintf(msg, sizeof msg, "m%zu-%d", i, k);
+    if (weft_fd_write(cs[i].fd, msg, (size_t)len, -1) != len) return 1;
+    ssize_t got = 0;
+    while (got < len) {
+      ssize_t r = weft_fd_read(cs[i].fd, buf + got, sizeof buf - (size_t)got, in_ms(60000));
+      if (r <= 0) return 2;
+      got += r;
+    }
+    if (memcmp(buf, msg, (size_t)len) != 0) return 3;
+  }
+  return 0;
+}
+
+static void test_many_on_one_carrier(void) {
+  size_t n = weft_test_slow_env() ? 300 : 5000;
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rlim_t need = 2 * n + 200;
+  if (rl.rlim_cur < need) {
+    rl.rlim_cur = rl.rlim_max < need ? rl.rlim_max : need;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < need) {
+    n = (rl.rlim_cur - 200) / 2;
+    printf("\n  (descriptor limit %llu: %zu connections)\n", (unsigned long long)rl.rlim_cur, n);
+  }
+  weft_shutdown();
+  weft_config cfg;
+  weft_config_init(&cfg);
+  cfg.carriers = 1;
+  CU_ASSERT_EQUAL_FATAL(weft_configure(&cfg), 0);
+  conn *cli = calloc(n, sizeof *cli), *srv = calloc(n, sizeof *srv);
+  weft_future **fs = calloc(n, sizeof *fs);
+  for (size_t i = 0; i < n; i++) {
+    weft_fd p[2];
+    CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
+    cli[i] = (conn){p[0], 10};
+    srv[i] = (conn){p[1], 10};
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, echo_side, &srv[i], &fs[i]), 0);
+  }
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.kind = WEFT_BLOCKING;
+  CU_ASSERT_EQUAL(weft_pmap(n, client_side, cli, &o), 0);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) {
+    void *r = NULL;
+    weft_future_get(fs[i], -1, &r);
+    bad += r != NULL;
+    weft_future_free(fs[i]);
+    weft_fd_close(cli[i].fd);
+    weft_fd_close(srv[i].fd);
+  }
+  CU_ASSERT_EQUAL(bad, 0);
+  weft_info info;
+  CU_ASSERT_EQUAL(weft_get_info(&info), 0);
+  if (weft_test_fibers_expected()) CU_ASSERT_EQUAL(weft_carrier_count(), 1);
+  free(cli);
+  free(srv);
+  free(fs);
+  weft_shutdown();
+  weft_config_init(&cfg);
+  weft_configure(&cfg);
+}
+
+/* A runtime stopped and started again: descriptors owned across it register with the new pollers. */
+static void test_across_restart(void) {
+  weft_fd p[2];
+  CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
+  waiter_args a = {p[0], false, 0};
+  CU_ASSERT_EQUAL(on_fiber(second_reader, &a.fd), -ETIMEDOUT); /* registered with this runtime */
+  weft_shutdown();
+  weft_future *f;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, blocked_call, &a, &f), 0);
+  while (!atomic_load(&a.entered)) weft_test_sleep_ms(1);
+  weft_test_sleep_ms(20);
+  CU_ASSERT_EQUAL(weft_fd_write(p[1], "hi", 2, -1), 2);
+  void *r = NULL;
+  CU_ASSERT_EQUAL(weft_future_get(f, in_ms(10000), &r), 0);
+  CU_ASSERT_EQUAL((intptr_t)r, 2);
+  weft_future_free(f);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+}
+
+/* --- faults ------------------------------------------------------------------------------------------- */
+
+#define FBIT(site) (1u << (site))
+
+static void *fault_wait(void *arg) {
+  weft_fd fd = *(weft_fd *)arg;
+  char b[4];
+  /* The registration (epoll_ctl) fails once: the error comes back, and the next wait registers. */
+  weft__fault_arm(FBIT(WEFT__F_EPOLL), 0, false);
+  ssize_t r = weft_fd_read(fd, b, sizeof b, in_ms(50));
+  unsigned long fired = weft__fault_disarm();
+  if (fired && r != -ENOMEM) return (void *)1;
+  if (weft_fd_read(fd, b, sizeof b, in_ms(20)) != -ETIMEDOUT) return (void *)2;
+  return NULL;
+}
+
+static void test_faults(void) {
+  int sv[2];
+  CU_ASSERT_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  int fl = fcntl(sv[0], F_GETFL);
+  weft_fd f = {0};
+  weft__fault_arm(FBIT(WEFT__F_OWNFD), 0, false);
+  CU_ASSERT_EQUAL(weft_fd_open(sv[0], &f), -EBADF);
+  weft__fault_disarm();
+  CU_ASSERT_EQUAL(fcntl(sv[0], F_GETFL), fl); /* left as it was */
+  CU_ASSERT_EQUAL(f.id_, 0);
+  weft__fault_arm(FBIT(WEFT__F_OWNFD), 0, false);
+  CU_ASSERT_EQUAL(weft_fd_socket(AF_INET, SOCK_STREAM, 0, &f), -EMFILE);
+  weft__fault_disarm();
+  /* Accept: the connection waits in the queue and is taken by the next call. */
+  weft_fd l;
+  struct sockaddr_in addr;
+  CU_ASSERT_EQUAL_FATAL(listen_any(&l, &addr), 0);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  CU_ASSERT_EQUAL(connect(c, (struct sockaddr *)&addr, sizeof addr), 0);
+  weft_fd got;
+  weft__fault_arm(FBIT(WEFT__F_OWNFD), 0, false);
+  CU_ASSERT_EQUAL(weft_fd_accept(l, NULL, NULL, &got, in_ms(5000)), -EMFILE);
+  weft__fault_disarm();
+  CU_ASSERT_EQUAL(weft_fd_accept(l, NULL, NULL, &got, in_ms(5000)), 0);
+  weft_fd_close(got);
+  close(c);
+  weft_fd_close(l);
+  /* The registration, on a fiber. */
+  CU_ASSERT_EQUAL_FATAL(weft_fd_open(sv[0], &f), 0);
+  CU_ASSERT_EQUAL(on_fiber(fault_wait, &f), 0);
+  weft_fd_close(f);
+  close(sv[1]);
+}
+
+int main(int argc, char **argv) {
+  static const weft_test tests[] = {
+      {"basics", test_basics},
+      {"fibers_and_threads", test_fibers_and_threads},
+      {"close_wakes_waiters", test_close_wakes_waiters},
+      {"reuse", test_reuse},
+      {"one_waiter_per_direction", test_one_waiter_per_direction},
+      {"cancel", test_cancel},
+      {"bad_input", test_bad_input},
+      {"tcp", test_tcp},
+      {"many_on_one_carrier", test_many_on_one_carrier},
+      {"across_restart", test_across_restart},
+      {"faults", test_faults},
+      {NULL, NULL},
+  };
+  return weft_test_run(argc, argv, "ownfd", tests);
+}
