@@ -299,6 +299,8 @@ typedef struct weft_config {
   const char *places;        /* WEFT_PLACES: NULL env/default (carriers free in the affinity mask);
                                 "cores": carrier k on the k-th CPU of the mask; or a CPU list, "0,2,4-7":
                                 carrier k on its k-th CPU (both wrap); copied by weft_configure */
+  int migrate;               /* -1 env/default (WEFT_MIGRATE, default off), 0, 1: a woken fiber may resume on
+                                another, idle carrier; see "Carriers that share work" below */
 } weft_config;
 
 WEFT_EXTERN void weft_config_init(weft_config *cfg);
@@ -311,6 +313,21 @@ WEFT_EXTERN void weft_config_init(weft_config *cfg);
  * numbers below 1024); nothing changes then. Plain thread.
  */
 WEFT_EXTERN int weft_configure(const weft_config *cfg);
+
+/*
+ * Carriers that share work (migrate = 1, WEFT_MIGRATE=1). By default a fiber
+ * resumes on the carrier it started on, always: C code may keep the address
+ * of errno (glibc's __errno_location is `const`) or of a thread-local
+ * variable across a call, and after a move that address would name another
+ * thread's. With migrate on, a woken fiber may resume on another carrier
+ * that is idle, so that both cores work when either has work. Turn it on
+ * only when the code that runs on fibers, and the libraries it calls, keep
+ * no such address across a weft call that can park (a wait, a sleep, I/O, a
+ * future's get): read errno right after the call that set it, and results
+ * of weft's calls from their return values. Waits on raw descriptors
+ * (weft_read and the others above) and file I/O through the ring always
+ * resume where they parked. weft_stats.migrations counts the moves.
+ */
 
 /* What this build and process can do: for reports and benchmarks. */
 typedef struct weft_info {
@@ -403,6 +420,7 @@ typedef struct weft_stats {
   uint64_t offload_threads;    /* offload threads alive now */
   uint64_t extra_carriers;     /* compensation carriers started for pinned carriers */
   uint64_t uring_submissions;  /* io_uring_submit calls */
+  uint64_t migrations;         /* woken fibers resumed on another carrier than their last (WEFT_MIGRATE) */
 } weft_stats;
 
 /*

@@ -245,6 +245,7 @@ static const struct {
     F(offload_threads, true),
     F(extra_carriers, false),
     F(uring_submissions, false),
+    F(migrations, false),
 #undef F
 };
 #define NSTAT (sizeof stat_fields / sizeof stat_fields[0])

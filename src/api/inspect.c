@@ -68,6 +68,7 @@ int weft_get_stats(weft_stats *out) {
   out->parks = f.parks;
   out->yields = f.yields;
   out->steals = f.steals;
+  out->migrations = f.migrations;
   out->carrier_wakeups = f.sleeps;
   out->poller_waits = f.polls;
   out->extra_carriers = f.extra_started;

@@ -68,10 +68,15 @@ int weft__pmap_cpu(weft__range *r) {
     /* Not cancellable: the elements use this frame until the last one ends. */
     weft__waiter_init(&rj.w, false);
     weft__waiter_on(&rj.w, WEFT__WAIT_CPU, r);
-    if (weft__cpu_submit(&rj.job) == 0)
+    if (weft__cpu_submit(&rj.job) == 0) {
       weft__waiter_wait(&rj.w, -1);
-    else
-      weft__range_drain(r); /* no CPU workers at all: run here, blocking the carrier */
+    } else {
+      /* No CPU workers at all: run here, blocking the carrier; the drain keeps a thread-local of it. */
+      weft__fiber *self = weft__fiber_self();
+      weft__fiber_stay(self, true);
+      weft__range_drain(r);
+      weft__fiber_stay(self, false);
+    }
   } else {
     weft__cpu_run_range(r);
   }

@@ -20,6 +20,7 @@
 
 #define WEFT__LIKELY(x)    __builtin_expect(!!(x), 1)
 #define WEFT__UNLIKELY(x)  __builtin_expect(!!(x), 0)
+#define WEFT__NOINLINE     __attribute__((noinline))
 #define WEFT__UNUSED(x)    ((void)(x))
 #define WEFT__CACHELINE    64
 #define WEFT__ALIGNED_CL   __attribute__((aligned(WEFT__CACHELINE)))

@@ -83,6 +83,10 @@ static const setting table[] = {
     {"WEFT_DUMP_SIGNAL", S_TEXT, NO_CFG, OUT(dump_signal), 0, 0, 0,
      "a signal (SIGUSR1, or a number) on which weft writes weft_dump's report to stderr and goes on; "
      "default: none"},
+    {"WEFT_MIGRATE", S_BOOL, CFG(migrate), OUT(migrate), 0, 0, 1,
+     "1: a woken fiber may resume on another carrier that is idle (work sharing), for programs whose "
+     "fibers keep no address of errno or of a thread-local variable across a weft call that may park; "
+     "default: a fiber stays on the carrier it started on"},
     {"WEFT_PLACES", S_TEXT, CFG(places), OUT(places), 0, 0, 0,
      "cores: carrier k pinned to the k-th CPU of the affinity mask; or a CPU list (0,2,4-7): carrier k "
      "to its k-th CPU; default: carriers free in the mask"},
@@ -90,7 +94,7 @@ static const setting table[] = {
 #define NSETTINGS (sizeof table / sizeof table[0])
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static weft_config configured = {.fibers = -1, .trace_pinned = -1, .io_uring = -1};
+static weft_config configured = {.fibers = -1, .trace_pinned = -1, .io_uring = -1, .migrate = -1};
 /* The configured text settings' own copies (configured's pointers point here). */
 static char configured_text[NSETTINGS][WEFT__SETTING_TEXT];
 

@@ -21,6 +21,7 @@ typedef struct weft__settings {
   unsigned max_carriers;     /* WEFT_MAX_CARRIERS */
   bool trace_pinned;         /* WEFT_TRACE_PINNED */
   bool io_uring;             /* WEFT_IO_URING */
+  bool migrate;              /* WEFT_MIGRATE */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX */
   unsigned explain;     /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */
   unsigned deadlock_ms; /* WEFT_DEADLOCK_MS: report fibers parked with nothing to wake them; 0 off */

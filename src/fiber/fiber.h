@@ -39,7 +39,8 @@ typedef struct weft__fiber {
   struct weft__source *source; /* the source that made it (a clone), else NULL */
   /* --- scheduler-owned --- */
   void *sp;                   /* saved stack pointer while switched out (context.h) */
-  struct weft__carrier *home; /* carrier it started on; never changes after */
+  struct weft__carrier *home; /* carrier it runs on: where it started, or (WEFT_MIGRATE) the one that took it
+                                 off a share queue; changed only while the fiber is on no queue but that */
   struct weft__fiber *next;   /* run-queue link: owned by whichever queue holds the fiber */
   void *stack_base;           /* lowest usable address; NULL until the first run */
   size_t stack_size;          /* usable bytes */
@@ -52,6 +53,7 @@ typedef struct weft__fiber {
   struct weft__fiber *tprev;
   weft__waiter *timer_waiter; /* resolved TIMEDOUT when the timer fires */
   uint32_t flags;             /* WEFT__FIBER_* */
+  uint32_t stay;              /* weft__fiber_stay depth: while > 0 it resumes on its carrier (WEFT_MIGRATE) */
   /*
    * For dumps (weft_dump, the gdb extension): written by the fiber or its
    * carrier with relaxed stores, read by a dumping thread with relaxed
@@ -245,6 +247,7 @@ typedef struct weft__fiber_stats {
   uint64_t spawned;       /* fibers started, since the process started */
   uint64_t stacks_in_use; /* stacks held by fibers */
   uint64_t steals;        /* fibers taken from another carrier */
+  uint64_t migrations;    /* woken fibers resumed on another carrier (WEFT_MIGRATE) */
   uint64_t finished;      /* fibers ended */
   uint64_t parks, yields;
   uint64_t sleeps;        /* carrier sleeps in the poller (each ends in a wake-up) */
@@ -275,6 +278,19 @@ extern atomic_uint weft__outside_calls;
 
 /* The poller of the carrier that f runs on (fibers never move): where its descriptor and file waits go. */
 struct weft__poller *weft__fiber_poller(const weft__fiber *f);
+/*
+ * The running fiber f is about to park in a wait that keeps state of its
+ * carrier (a raw descriptor's slot in its poller, a request on its ring, a
+ * thread-local of its carrier thread): on, it resumes on this carrier
+ * whatever WEFT_MIGRATE says, until the matching off (they nest). Only f
+ * itself calls it.
+ */
+static inline void weft__fiber_stay(weft__fiber *f, bool on) {
+  if (on)
+    f->stay++;
+  else
+    f->stay--;
+}
 /* A poller that lasts as long as the runtime (the home's, unless that is a compensation carrier), for
  * registrations that outlive one wait (owned descriptors). */
 struct weft__poller *weft__fiber_lasting_poller(const weft__fiber *f);

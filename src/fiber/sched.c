@@ -73,16 +73,31 @@
  * after "I am going to sleep" with one after "I pushed work" (Dekker), so a
  * wake is never lost between the last look for work and epoll_wait.
  *
- * ==== Why a started fiber never moves to another carrier =====================
+ * ==== Why a started fiber does not move to another carrier (by default) =======
  *
  * C code caches the address of thread-local variables. errno is one:
  * glibc declares __errno_location() `const`, so a compiler may compute &errno
  * once and reuse it after a call that parked the fiber and resumed it on
  * another carrier, and would then write another thread's errno. Any
  * `__thread` variable of the program, or of a library it calls, has the same
- * problem. No rule that weft could give its users would make that safe, so
- * weft never resumes a fiber on a thread other than the one it started on:
- * errno and thread-locals stay those of one OS thread for the fiber's life.
+ * problem. weft cannot check a program for it, so by default weft never
+ * resumes a fiber on a thread other than the one it started on: errno and
+ * thread-locals stay those of one OS thread for the fiber's life.
+ *
+ * WEFT_MIGRATE=1 is the program's promise that its fibers keep no such
+ * address across a weft call that may park (code that reads results from
+ * weft's return values, as weft's I/O returns -errno, keeps it; Boost.Fiber's
+ * work-stealing scheduler asks the same of its users). Then a woken fiber may
+ * resume on another carrier that is idle ("Carriers that share work", at
+ * maybe_share): only at a park, only once its carrier has switched it out
+ * completely (it comes from the carrier's own ready queue, never from the
+ * inbox that wakers fill while a fiber may still be switching out), with no
+ * armed timer (its carrier disarms it: the fiber was woken), and never from a
+ * wait that holds carrier state (a raw descriptor's slot in the carrier's
+ * poller, a request on its ring: weft__fiber_stay). weft's own code keeps the
+ * promise too: errno is restored after a switch through a function the
+ * compiler cannot see into, and the carrier is read afresh after every park.
+ * Default off, it costs nothing: one branch where a carrier pops a woken fiber.
  *
  * Load balance comes from where fibers start rather than from moving them:
  * unstarted fibers (which have no stack and no state) are stolen by idle
@@ -125,8 +140,13 @@
  *
  * ==== Alternatives rejected ==================================================
  *
- *  - Migrating fibers (Go's model): unsafe for C's errno and thread-locals,
- *    above.
+ *  - Migrating fibers freely (Go's model): unsafe for C's errno and
+ *    thread-locals, above; opt-in and only at parks (WEFT_MIGRATE).
+ *  - Thieves taking fibers from a busy carrier's inbox or run queue: a fiber
+ *    in the inbox may still be switching out on its carrier, and its timer
+ *    lives in that carrier's heap; the owner offers what it has switched out
+ *    instead. The cost: a carrier held by a fiber that never parks or
+ *    yields keeps the fibers woken behind it until it does.
  *  - One global run queue: one lock for every switch of every carrier.
  *  - Switching from fiber to fiber directly: one switch fewer per hand-off,
  *    but the scheduler's frames would land on every fiber's stack, and
@@ -270,6 +290,7 @@ static void counters_add(weft__carrier_counters *to, const weft__carrier_counter
   ADD(parks);
   ADD(yields);
   ADD(steals);
+  ADD(migrations);
   ADD(sleeps);
   ADD(polls);
 #undef ADD
@@ -309,6 +330,7 @@ void weft__fiber_get_stats(weft__fiber_stats *out) {
   out->sleeps = GET(sleeps);
   out->polls = GET(polls);
   out->steals = GET(steals);
+  out->migrations = GET(migrations);
 #undef GET
   out->stacks_in_use = weft__stack_in_use();
   out->fibers = weft__fibers_running() ? weft__fibers_now() : 0;
@@ -689,6 +711,14 @@ static void run_fiber(weft__carrier *c, weft__fiber *f) {
  * restored around the switch, so each fiber has its own, as each thread
  * does: other fibers of the carrier run in between and set it.
  */
+/*
+ * errno is restored through a function the compiler cannot see into: glibc's
+ * __errno_location is `const`, so an address computed before the switch
+ * could be reused after it, and a fiber that moved (WEFT_MIGRATE) would then
+ * write the errno of the thread it left.
+ */
+static WEFT__NOINLINE void errno_put(int v) { errno = v; }
+
 static void to_scheduler(weft__carrier *c, weft__fiber *f, int after) {
   int saved_errno = errno;
   c->after = after;
@@ -696,7 +726,7 @@ static void to_scheduler(weft__carrier *c, weft__fiber *f, int after) {
   WEFT__TSAN_SWITCH(c->tsan_self);
   weft__ctx_switch(&f->sp, c->sched_sp, NULL);
   WEFT__ASAN_FINISH(f->san_fake_stack);
-  errno = saved_errno;
+  errno_put(saved_errno);
 }
 
 void weft__fiber_park(void) {
@@ -973,6 +1003,106 @@ static weft__fiber *steal(weft__carrier *c, bool lone) {
 }
 
 /*
+ * Work sharing of woken fibers (WEFT_MIGRATE; the essay's "Carriers that
+ * share work"). A carrier that is about to run one of several woken fibers
+ * while another carrier sleeps or spins offers half of the rest on its share
+ * queue and wakes one idle carrier. What it offers has no state of the
+ * carrier left: no armed timer (disarmed here: the fiber was woken, its
+ * deadline no longer matters), not on the dump list, not counted as homed,
+ * and not parked in a wait that keeps carrier state (weft__fiber_stay).
+ * Whoever takes a fiber off a share queue, a thief or the owner itself,
+ * makes it its own: home, dump list, count. A busy runtime keeps every
+ * fiber where it woke: the offer needs an idle carrier.
+ */
+#define SHARE_MAX 64 /* fibers offered at a time */
+
+/* An idle carrier other than c (asleep in its poller, or spinning for work), or NULL. */
+static weft__carrier *idle_carrier(weft__carrier *c) {
+  if (atomic_load_explicit(&rt.nspinning, memory_order_relaxed) > 0) return c; /* a spinner will look */
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  for (unsigned i = 0; i < n; i++) {
+    weft__carrier *v = rt.carriers[i];
+    if (v != c && atomic_load_explicit(&v->poller.sleeping, memory_order_relaxed)) return v;
+  }
+  return NULL;
+}
+
+static bool movable(const weft__fiber *f) { return (f->flags & WEFT__FIBER_STARTED) && f->stay == 0; }
+
+static void maybe_share(weft__carrier *c) {
+  if (!rt.settings.migrate || c->ready.len == 0) return;
+  weft__carrier *idle = idle_carrier(c);
+  if (!idle) return;
+  size_t k = (c->ready.len + 1) / 2;
+  if (k > SHARE_MAX) k = SHARE_MAX;
+  weft__fq offer = {0}, keep = {0};
+  for (size_t i = 0; i < k; i++) {
+    weft__fiber *f = weft__fq_pop(&c->ready);
+    if (!f) break;
+    if (!movable(f)) {
+      weft__fq_push(&keep, f);
+      continue;
+    }
+    timer_disarm(f);
+    unregister(c, f);
+    c->homed--;
+    weft__fq_push(&offer, f);
+  }
+  weft__fq_splice(&c->ready, &keep);
+  if (!offer.len) return;
+  weft__lock_acquire(&c->share_lock);
+  weft__fq_splice(&c->share, &offer);
+  atomic_store_explicit(&c->share_len, c->share.len, memory_order_relaxed);
+  weft__lock_release(&c->share_lock);
+  if (idle != c) weft__poller_wake(&idle->poller);
+}
+
+/* Make a fiber taken off a share queue c's own. */
+static void adopt_shared(weft__carrier *c, weft__fiber *f, bool moved) {
+  f->home = c;
+  c->homed++;
+  weft__lock_acquire(&c->reg_lock);
+  f->reg_prev = NULL;
+  f->reg_next = c->reg_head;
+  if (c->reg_head) c->reg_head->reg_prev = f;
+  c->reg_head = f;
+  weft__lock_release(&c->reg_lock);
+  if (moved) weft__count(&c->cnt.migrations, 1);
+}
+
+/* Take half of v's share queue (all of it when v == c) into c's ready queue; one to run, or NULL. */
+static weft__fiber *take_shared(weft__carrier *c, weft__carrier *v) {
+  if (atomic_load_explicit(&v->share_len, memory_order_relaxed) == 0) return NULL;
+  weft__lock_acquire(&v->share_lock);
+  weft__fq got = fq_take(&v->share, v == c ? v->share.len : (v->share.len + 1) / 2);
+  atomic_store_explicit(&v->share_len, v->share.len, memory_order_relaxed);
+  weft__lock_release(&v->share_lock);
+  weft__fiber *first = NULL;
+  for (weft__fiber *f; (f = weft__fq_pop(&got));) {
+    adopt_shared(c, f, v != c);
+    if (!first)
+      first = f;
+    else
+      weft__fq_push(&c->ready, f);
+  }
+  return first;
+}
+
+static weft__fiber *steal_shared(weft__carrier *c) {
+  if (!rt.settings.migrate) return NULL;
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  unsigned start =
+      (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
+  for (unsigned k = 0; k < n; k++) {
+    weft__carrier *v = rt.carriers[(start + k) % n];
+    if (v == c) continue;
+    weft__fiber *f = take_shared(c, v);
+    if (f) return f;
+  }
+  return NULL;
+}
+
+/*
  * Before a carrier that found no work sleeps, it spins for SPIN_NS, longer
  * while it sees work come and go (Go's spinning M). A waker skips the
  * eventfd write while a carrier spins (wake_idle), so a program that starts
@@ -991,9 +1121,12 @@ static bool spin_sees_work(weft__carrier *c) {
       atomic_load_explicit(&rt.nsources, memory_order_relaxed))
     return true;
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  for (unsigned i = 0; i < n; i++)
-    if (rt.carriers[i] != c && atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed) > 1)
+  for (unsigned i = 0; i < n; i++) {
+    if (rt.carriers[i] == c) continue;
+    if (atomic_load_explicit(&rt.carriers[i]->spawn_len, memory_order_relaxed) > 1 ||
+        atomic_load_explicit(&rt.carriers[i]->share_len, memory_order_relaxed))
       return true;
+  }
   return false;
 }
 
@@ -1050,7 +1183,7 @@ static bool work_visible(weft__carrier *c) {
   if (atomic_load(&c->inbox_len) || atomic_load(&c->spawn_len) || atomic_load(&rt.gq_len)) return true;
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   for (unsigned i = 0; i < n; i++)
-    if (atomic_load(&rt.carriers[i]->spawn_len)) return true;
+    if (atomic_load(&rt.carriers[i]->spawn_len) || atomic_load(&rt.carriers[i]->share_len)) return true;
   /* A source counts only if it would give this carrier a fiber: one at its limit must not keep it awake. */
   return weft__sources_want();
 }
@@ -1140,7 +1273,12 @@ static weft__fiber *find_runnable(weft__carrier *c) {
      * first (Go's runnext) instead left most wake-ups seconds late and every
      * element on a fresh stack (5.6 s against 3.5 s, twice the page faults).
      */
-    if ((f = weft__fq_pop(&c->ready))) return f;
+    if ((f = weft__fq_pop(&c->ready))) {
+      maybe_share(c);
+      return f;
+    }
+    /* What we offered and nobody took: ours again. */
+    if ((f = take_shared(c, c))) return f;
     if ((f = c->runnext)) {
       c->runnext = NULL;
       return f;
@@ -1168,6 +1306,7 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     f = pull_source(c, true);
     if (!f) f = take_global(c);
     if (!f) f = steal(c, false);
+    if (!f) f = steal_shared(c);
     if (!f && !atomic_load(&rt.exit)) f = spin(c, next_timer);
     atomic_fetch_sub(&rt.nspinning, 1);
     if (f) {
@@ -1289,6 +1428,7 @@ static int carrier_new(unsigned id, weft__carrier **out) {
   weft__lock_init(&c->reg_lock, WEFT__LOCK_LEAF);
   weft__lock_init(&c->spawn_lock, WEFT__LOCK_LEAF);
   weft__lock_init(&c->inbox_lock, WEFT__LOCK_LEAF);
+  weft__lock_init(&c->share_lock, WEFT__LOCK_LEAF);
   int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
   if (rc < 0) {
     weft__free(c);

@@ -32,9 +32,10 @@ typedef struct weft__carrier_counters {
   atomic_uint_fast64_t finished; /* fibers ended */
   atomic_uint_fast64_t parks;    /* switches out to wait */
   atomic_uint_fast64_t yields;
-  atomic_uint_fast64_t steals; /* unstarted fibers taken from others */
-  atomic_uint_fast64_t sleeps; /* times it slept in its poller (each ends in a wake-up) */
-  atomic_uint_fast64_t polls;  /* poller waits, sleeping or not */
+  atomic_uint_fast64_t steals;     /* unstarted fibers taken from others */
+  atomic_uint_fast64_t migrations; /* woken fibers taken from others' share queues (WEFT_MIGRATE) */
+  atomic_uint_fast64_t sleeps;     /* times it slept in its poller (each ends in a wake-up) */
+  atomic_uint_fast64_t polls;      /* poller waits, sleeping or not */
 } weft__carrier_counters;
 
 static inline void weft__count(atomic_uint_fast64_t *c, uint64_t n) {
@@ -85,6 +86,10 @@ typedef struct weft__carrier {
   WEFT__ALIGNED_CL weft__lock spawn_lock;  /* guards spawn */
   weft__fq spawn;                          /* unstarted fibers: owner and thieves, under spawn_lock */
   atomic_size_t spawn_len;                 /* spawn.len, readable without the lock (a hint) */
+  WEFT__ALIGNED_CL weft__lock share_lock;  /* guards share */
+  weft__fq share;                          /* woken fibers offered to idle carriers (WEFT_MIGRATE): homeless
+                                              until taken, by a thief or the owner, under share_lock */
+  atomic_size_t share_len;                 /* share.len, readable without the lock (a hint) */
   WEFT__ALIGNED_CL weft__lock inbox_lock;  /* guards inbox */
   weft__fq inbox;                          /* fibers readied by other threads */
   atomic_size_t inbox_len;                 /* inbox.len, readable without the lock (a hint) */

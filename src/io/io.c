@@ -86,7 +86,10 @@ static int wait_ready(int fd, short events, int64_t deadline_ns) {
   weft__fiber *self = weft__parkable_self();
   if (!self) return wait_thread(fd, events, deadline_ns);
   if (deadline_ns == 0) return wait_thread(fd, events, 0); /* just look */
+  /* The wait lives in this carrier's poller table: the fiber resumes here (WEFT_MIGRATE or not). */
+  weft__fiber_stay(self, true);
   int rc = weft__poller_wait_fd(weft__fiber_poller(self), fd, events, deadline_ns);
+  weft__fiber_stay(self, false);
   /* A descriptor that epoll refuses (EPERM) can only be waited for by blocking the carrier. */
   if (rc == -EPERM) return wait_thread(fd, events, deadline_ns);
   return rc;
@@ -129,7 +132,9 @@ static ssize_t file_rw(int fd, void *buf, size_t len, bool write) {
   weft__fiber *self = weft__parkable_self();
   if (!self) return (ssize_t)(intptr_t)file_op_run(&op);
   weft__uring_req q = {.write = write, .fd = fd, .buf = buf, .len = len};
+  weft__fiber_stay(self, true); /* the request is on this carrier's ring */
   int64_t r = weft__uring_run(weft__fiber_poller(self), &q, -1);
+  weft__fiber_stay(self, false);
   if (r != -ENOSYS) return (ssize_t)r;
   void *res = NULL;
   int rc = weft__offload_run(file_op_run, &op, &res);
