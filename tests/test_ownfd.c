@@ -447,6 +447,81 @@ static void *tcp_scenario(void *arg) {
 
 static void test_tcp(void) { both_ways(tcp_scenario, NULL); }
 
+/*
+ * A short read of a TCP socket lets the next read wait for an edge without
+ * trying (poll/owned.h). What stops a TCP read short with data still there
+ * must not strand a reader: the end of the stream right behind the data,
+ * urgent data (MSG_OOB) in the middle, and data split over many writes.
+ */
+static int tcp_pair(weft_fd *srv_side, int *plain_peer) {
+  weft_fd l;
+  struct sockaddr_in addr;
+  int rc = listen_any(&l, &addr);
+  if (rc < 0) return rc;
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c < 0 || connect(c, (struct sockaddr *)&addr, sizeof addr) != 0) return -errno;
+  rc = weft_fd_accept(l, NULL, NULL, srv_side, in_ms(5000));
+  weft_fd_close(l);
+  *plain_peer = c;
+  return rc;
+}
+
+static void *tcp_short_reads(void *arg) {
+  (void)arg;
+  char buf[64];
+  for (int k = 0; k < 50; k++) {
+    weft_fd r;
+    int peer;
+    CHECK(1, tcp_pair(&r, &peer) == 0);
+    /* A message, a short read, then the end of the stream: the next read says 0, at once. */
+    CHECK(2, weft_fd_read(r, buf, sizeof buf, in_ms(20)) == -ETIMEDOUT); /* registered, known empty */
+    CHECK(3, write(peer, "abc", 3) == 3);
+    size_t got = 0;
+    while (got < 3) {
+      ssize_t n = weft_fd_read(r, buf + got, sizeof buf - got, in_ms(5000));
+      CHECK(4, n > 0);
+      got += (size_t)n;
+    }
+    CHECK(5, shutdown(peer, SHUT_WR) == 0);
+    CHECK(6, weft_fd_read(r, buf, sizeof buf, in_ms(5000)) == 0);
+    close(peer);
+    weft_fd_close(r);
+    /* Urgent data between two writes: the reader gets everything else, and never waits for ever. */
+    CHECK(7, tcp_pair(&r, &peer) == 0);
+    CHECK(8, write(peer, "hello", 5) == 5);
+    CHECK(9, send(peer, "!", 1, MSG_OOB) == 1);
+    CHECK(10, write(peer, "world", 5) == 5);
+    close(peer);
+    got = 0;
+    for (;;) {
+      ssize_t n = weft_fd_read(r, buf + got, sizeof buf - got, in_ms(5000));
+      CHECK(11, n >= 0); /* never the deadline */
+      if (n == 0) break;
+      got += (size_t)n;
+    }
+    CHECK(12, got == 10 && memcmp(buf, "helloworld", 10) == 0);
+    weft_fd_close(r);
+  }
+  /* Many small writes, each read short: every byte arrives. */
+  weft_fd r;
+  int peer;
+  CHECK(13, tcp_pair(&r, &peer) == 0);
+  size_t total = 0;
+  for (int i = 0; i < 2000; i++) {
+    CHECK(14, write(peer, "0123456789", 10) == 10);
+    while (total < (size_t)(i + 1) * 10) {
+      ssize_t n = weft_fd_read(r, buf, sizeof buf, in_ms(5000));
+      CHECK(15, n > 0);
+      total += (size_t)n;
+    }
+  }
+  close(peer);
+  weft_fd_close(r);
+  return NULL;
+}
+
+static void test_tcp_short_reads(void) { both_ways(tcp_short_reads, NULL); }
+
 /* --- many connections on one carrier ------------------------------------------------------------------- */
 
 typedef struct conn {
@@ -499,6 +574,8 @@ static void test_many_on_one_carrier(void) {
   weft_config_init(&cfg);
   cfg.carriers = 1;
   CU_ASSERT_EQUAL_FATAL(weft_configure(&cfg), 0);
+  weft_stats st0;
+  CU_ASSERT_EQUAL(weft_get_stats(&st0), 0);
   conn *cli = calloc(n, sizeof *cli), *srv = calloc(n, sizeof *srv);
   weft_future **fs = calloc(n, sizeof *fs);
   for (size_t i = 0; i < n; i++) {
@@ -521,9 +598,12 @@ static void test_many_on_one_carrier(void) {
     weft_fd_close(srv[i].fd);
   }
   CU_ASSERT_EQUAL(bad, 0);
-  weft_info info;
-  CU_ASSERT_EQUAL(weft_get_info(&info), 0);
-  if (weft_test_fibers_expected()) CU_ASSERT_EQUAL(weft_carrier_count(), 1);
+  /* One carrier, and any other a compensation carrier that the pinning monitor started (a slow slice on a
+   * busy machine). */
+  weft_stats st;
+  CU_ASSERT_EQUAL(weft_get_stats(&st), 0);
+  if (weft_test_fibers_expected())
+    CU_ASSERT_TRUE(weft_carrier_count() <= 1 + st.extra_carriers - st0.extra_carriers);
   free(cli);
   free(srv);
   free(fs);
@@ -612,6 +692,7 @@ int main(int argc, char **argv) {
       {"cancel", test_cancel},
       {"bad_input", test_bad_input},
       {"tcp", test_tcp},
+      {"tcp_short_reads", test_tcp_short_reads},
       {"many_on_one_carrier", test_many_on_one_carrier},
       {"across_restart", test_across_restart},
       {"faults", test_faults},

@@ -18,6 +18,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -81,7 +82,8 @@ typedef ssize_t (*attempt_fn)(weft__oslot *s, void *ctx);
  * since, waits before trying. A thread always tries first (its wait is
  * poll(2), which looks at the descriptor itself).
  */
-static ssize_t op_loop(weft__oslot *s, bool write, int64_t deadline_ns, attempt_fn attempt, void *ctx) {
+static ssize_t op_loop(weft__oslot *s, bool write, int64_t deadline_ns, attempt_fn attempt, void *ctx,
+                       unsigned *seen_out) {
   weft__odir *d = write ? &s->wr : &s->rd;
   bool fiber = weft__parkable_self() != NULL;
   for (;;) {
@@ -90,6 +92,7 @@ static ssize_t op_loop(weft__oslot *s, bool write, int64_t deadline_ns, attempt_
       ssize_t r = attempt(s, ctx);
       if (r != -EAGAIN && r != -EWOULDBLOCK) {
         d->empty = false;
+        if (seen_out) *seen_out = seen;
         return r;
       }
       d->empty = true;
@@ -163,12 +166,23 @@ static weft__oslot *enter(weft_fd f, int64_t deadline_ns, int *err) {
   return s;
 }
 
-static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns) {
+static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_t total,
+                           int64_t deadline_ns) {
   int err;
   weft__oslot *s = enter(f, deadline_ns, &err);
   if (!s) return err;
   rw_ctx c = {iov, iovcnt};
-  ssize_t r = op_loop(s, false, deadline_ns, try_read, &c);
+  unsigned seen = 0;
+  ssize_t r = op_loop(s, false, deadline_ns, try_read, &c, &seen);
+  /*
+   * A short read of a TCP socket emptied its receive queue: the next read
+   * waits for an edge before it tries (owned.h, weft__owned_drained). In a
+   * request-reply exchange that saves the read that would only say EAGAIN.
+   */
+  if (r > 0 && (size_t)r < total && weft__owned_drained(s)) {
+    s->rd.empty = true;
+    s->rd.empty_at = seen;
+  }
   weft__owned_release(s);
   return r;
 }
@@ -193,7 +207,7 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
   size_t done = 0;
   ssize_t r = 0;
   while (done < total) {
-    r = op_loop(s, true, deadline_ns, try_write, &c);
+    r = op_loop(s, true, deadline_ns, try_write, &c, NULL);
     if (r < 0) break;
     done += (size_t)r;
     /* Step over what went out. */
@@ -223,19 +237,27 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
 
 /* --- the calls ---------------------------------------------------------------------------------- */
 
-static int own(int fd, bool socket, bool set_nonblock, int old_flags, weft_fd *out) {
+static int own(int fd, bool socket, bool tcp, bool set_nonblock, int old_flags, weft_fd *out) {
   if (set_nonblock) {
     int rc = weft__setfl(fd, old_flags | O_NONBLOCK);
     if (rc < 0) return rc;
   }
   uint64_t id;
-  int rc = weft__owned_new(fd, socket, &id);
+  int rc = weft__owned_new(fd, socket, tcp, &id);
   if (rc < 0) {
     if (set_nonblock) fcntl(fd, F_SETFL, old_flags); /* as it was */
     return rc;
   }
   out->id_ = id;
   return 0;
+}
+
+/* A TCP socket (SO_PROTOCOL): its short reads drain it (poll/owned.h). */
+static bool is_tcp(int fd) {
+  int proto = 0, type = 0;
+  socklen_t l1 = sizeof proto, l2 = sizeof type;
+  return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l1) == 0 && proto == IPPROTO_TCP &&
+         getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 && type == SOCK_STREAM;
 }
 
 int weft_fd_open(int fd, weft_fd *out) {
@@ -246,14 +268,14 @@ int weft_fd_open(int fd, weft_fd *out) {
   if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) return -EPERM;
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
-  return own(fd, S_ISSOCK(st.st_mode), !(fl & O_NONBLOCK), fl, out);
+  return own(fd, S_ISSOCK(st.st_mode), S_ISSOCK(st.st_mode) && is_tcp(fd), !(fl & O_NONBLOCK), fl, out);
 }
 
 int weft_fd_socket(int domain, int type, int protocol, weft_fd *out) {
   if (!out) return -EINVAL;
   int fd = weft__socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
   if (fd < 0) return fd;
-  int rc = own(fd, true, false, 0, out);
+  int rc = own(fd, true, is_tcp(fd), false, 0, out);
   if (rc < 0) close(fd);
   return rc;
 }
@@ -271,13 +293,13 @@ int weft_fd_native(weft_fd f) {
 ssize_t weft_fd_read(weft_fd f, void *buf, size_t len, int64_t deadline_ns) {
   if ((!buf && len) || len > SSIZE_MAX) return -EINVAL;
   struct iovec v = {buf, len};
-  return readv_owned(f, &v, 1, deadline_ns);
+  return readv_owned(f, &v, 1, len, deadline_ns);
 }
 
 ssize_t weft_fd_readv(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns) {
   size_t total;
   if (!iov_ok(iov, iovcnt, &total)) return -EINVAL;
-  return readv_owned(f, iov, iovcnt, deadline_ns);
+  return readv_owned(f, iov, iovcnt, total, deadline_ns);
 }
 
 ssize_t weft_fd_write(weft_fd f, const void *buf, size_t len, int64_t deadline_ns) {
@@ -325,10 +347,10 @@ int weft_fd_accept(weft_fd listener, struct sockaddr *addr, socklen_t *addrlen, 
     return -EINVAL;
   }
   accept_ctx a = {addr, addrlen};
-  ssize_t c = op_loop(s, false, deadline_ns, try_accept, &a);
+  ssize_t c = op_loop(s, false, deadline_ns, try_accept, &a, NULL);
   weft__owned_release(s);
   if (c < 0) return (int)c;
-  int rc = own((int)c, true, false, 0, out);
+  int rc = own((int)c, true, s->tcp, false, 0, out); /* a TCP listener's connections are TCP */
   if (rc < 0) close((int)c);
   return rc;
 }

@@ -54,7 +54,7 @@ static void fork_child(void) { pthread_mutex_init(&table_mu, NULL); }
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void fork_register(void) { weft__on_fork(fork_prepare, fork_parent, fork_child); }
 
-int weft__owned_new(int fd, bool socket, uint64_t *id) {
+int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id) {
   pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&table_mu);
   uint32_t idx = free_head;
@@ -94,6 +94,8 @@ int weft__owned_new(int fd, bool socket, uint64_t *id) {
   weft__lock_acquire(&s->lock);
   s->fd = fd;
   s->socket = socket;
+  s->tcp = tcp;
+  atomic_store(&s->rd_odd, false);
   atomic_store(&s->reg_epfd, -1);
   odir_reset(&s->rd);
   odir_reset(&s->wr);
@@ -197,7 +199,7 @@ int weft__owned_register(weft__oslot *s, weft__poller *p) {
     }
     if (!atomic_compare_exchange_strong(&s->reg_epfd, &ep, -2)) continue;
     struct epoll_event e = {
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
         .data.u64 = ((uint64_t)WEFT__TAG_OWNED << 56) |
                     ((uint64_t)(atomic_load(&s->gen) & GEN_MASK_TAG) << 32) | s->idx,
     };
@@ -264,6 +266,7 @@ int weft__owned_event(uint64_t tag, uint32_t ev) {
   weft__lock_acquire(&s->lock);
   /* Checked again under the lock: a close and a reuse may have come in between. */
   if ((atomic_load(&s->gen) & GEN_MASK_TAG) == ((tag >> 32) & GEN_MASK_TAG)) {
+    if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) atomic_store(&s->rd_odd, true);
     if (rd) {
       atomic_store_explicit(&s->rd.revents, re, memory_order_relaxed);
       atomic_fetch_add(&s->rd.edges, 1);

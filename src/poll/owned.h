@@ -53,6 +53,8 @@ typedef struct weft__oslot {
   atomic_uint_fast64_t refs;        /* calls inside, plus the CLOSING and FINAL bits */
   int fd;                           /* the descriptor: set before the handle exists, until FINAL */
   bool socket;                      /* a socket: writes use send(MSG_NOSIGNAL) */
+  bool tcp;                         /* a TCP socket: a short read drains it (see weft__owned_drained) */
+  atomic_bool rd_odd;               /* an edge said urgent data, end of stream, hang-up or error: sticky */
   atomic_int reg_epfd;              /* the epoll it is registered with, -1 none (or registering: -2) */
   atomic_uint reg_epoch;            /* weft__owned_epoch() when it was registered */
   weft__poller *_Atomic reg_poller; /* the poller of reg_epfd (its carrier harvests the edges) */
@@ -65,7 +67,19 @@ typedef struct weft__oslot {
 #define WEFT__OREF_FINAL   (1ull << 63)
 
 /* Allocate a slot for fd (already non-blocking); *id gets the handle. 0 or -ENOMEM. */
-int weft__owned_new(int fd, bool socket, uint64_t *id);
+int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id);
+
+/*
+ * After a read that returned less than it asked for, with the read
+ * direction's edge counter at `seen` before it: may the next read park
+ * without trying? Only for TCP, where a short read means the receive queue
+ * was empty when the read ended (tcp_recvmsg takes every segment there), so
+ * data that comes later brings an edge after `seen`; and only while no edge
+ * has reported what stops a TCP read short with data left (urgent data, the
+ * end of the stream, a hang-up, an error: rd_odd, set under the slot's lock
+ * with the edge that reported it, so before `seen` could include it).
+ */
+static inline bool weft__owned_drained(weft__oslot *s) { return s->tcp && !atomic_load(&s->rd_odd); }
 
 /*
  * Take a reference for a call on handle id: the slot, or NULL (stale or
