@@ -131,6 +131,14 @@ bench-compare: release
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=DIR [NEW=DIR] [THRESHOLD=PCT]"; exit 2; }
 	BUILD_DIR=$(BUILD)/release scripts/bench-compare.sh $(BASE) $(or $(NEW),$(RESULTS)) $(THRESHOLD)
 
+# The HTTP benchmarks against a real nginx and wrk (scripts/bench-net.sh): weft-bench's client
+# against Go's and wrk, weft-bench serve against nginx; the table on stdout, the records in
+# $(RESULTS)/bench-net.jsonl.
+.PHONY: bench-net
+bench-net: bench-deps release
+	@mkdir -p $(RESULTS)
+	scripts/bench-net.sh --out $(RESULTS)/bench-net.jsonl $(BUILD)/release
+
 plots:
 	@scripts/deps.sh base plots
 	@$(MAKE) --no-print-directory release

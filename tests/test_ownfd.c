@@ -632,6 +632,7 @@ static void test_across_restart(void) {
   weft_fd_close(p[1]);
 }
 
+#ifdef WEFT_TESTING /* the fault injector is in test builds only */
 /* --- faults ------------------------------------------------------------------------------------------- */
 
 #define FBIT(site) (1u << (site))
@@ -682,6 +683,8 @@ static void test_faults(void) {
   close(sv[1]);
 }
 
+#endif /* WEFT_TESTING */
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"basics", test_basics},
@@ -695,7 +698,9 @@ int main(int argc, char **argv) {
       {"tcp_short_reads", test_tcp_short_reads},
       {"many_on_one_carrier", test_many_on_one_carrier},
       {"across_restart", test_across_restart},
+#ifdef WEFT_TESTING
       {"faults", test_faults},
+#endif
       {NULL, NULL},
   };
   return weft_test_run(argc, argv, "ownfd", tests);

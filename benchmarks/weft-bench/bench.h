@@ -35,6 +35,7 @@
  *   cmd_http.c        weft-bench http
  *   cmd_echo.c        weft-bench echo
  *   cmd_grain.c       weft-bench grain
+ *   cmd_serve.c       weft-bench serve: the HTTP server alone, for wrk (scripts/bench-net.sh)
  *   cmd_compare.c     weft-bench compare; compare_read.c its reader, compare_env.c its environment
  *                     check, junit.c its JUnit XML
  *   bench_cli_test.cmake  the bench_cli CTest
@@ -75,6 +76,7 @@ int wb_cmd_http(int argc, char **argv);
 int wb_cmd_echo(int argc, char **argv);
 int wb_cmd_grain(int argc, char **argv);
 int wb_cmd_compare(int argc, char **argv);
+int wb_cmd_serve(int argc, char **argv);
 
 /* The program's name as invoked (argv[0]), for messages and the "command" key. */
 extern const char *wb_argv0;

@@ -1,17 +1,23 @@
 /*
  * This file contains `weft-bench echo`: C loopback TCP connections at once,
  * each sending M messages of B bytes and reading each one back before the
- * next (a round trip per message), in two versions in one run:
+ * next (a round trip per message), in three versions in one run:
  *
  *   weft     server: an acceptor fiber and a fiber per accepted connection;
  *            client: a WEFT_BLOCKING weft_pmap over the C connections with no
  *            bound, so a fiber per connection; weft_connect/read/write
  *   threads  server: an acceptor thread and a thread per connection; client:
  *            a thread per connection; plain blocking sockets throughout
+ *   go       the Go baseline (benchmarks/go/echo, weft-go-echo): the same
+ *            protocol in a program of its own, a goroutine per connection on
+ *            both sides; a fresh process per repetition, skipped without Go
  *
- * Both versions run the same client and server functions (only wb_io
+ * weft and threads run the same client and server functions (only wb_io
  * differs), and threads get the same stack size as weft's fibers, so what
  * differs is how waiting is done: a parked fiber against a blocked thread.
+ * The Go program measures itself the same way (both sides in its process,
+ * timed from the start of its clients to their end) and prints one record,
+ * which measure_go reads back into the figures the other two give.
  *
  * Every repetition gets a fresh server on a fresh port: each connection ends
  * with the client closing first, which leaves the client's port in
@@ -55,7 +61,11 @@ static const char echo_help[] =
     "  --backend B      weft     a fiber per connection on both sides (weft I/O)\n"
     "                   threads  a thread per connection on both sides (blocking\n"
     "                            sockets, threads with weft's fiber stack size)\n"
-    "                   a comma-separated list; default: weft,threads\n"
+    "                   go       a goroutine per connection on both sides (the Go\n"
+    "                            baseline weft-go-echo, a process per repetition;\n"
+    "                            skipped with a message when this build has no Go)\n"
+    "                   a comma-separated list; default: weft,threads, and go\n"
+    "                   when its program is there\n"
     "  --timeout-ms T   limit of each round trip, and of connecting (default 30000)\n"
     "  --repeat K       K repetitions, backends interleaved; medians and spread\n"
     "  --json           one JSON object per backend (JSON Lines) on stdout\n"
@@ -63,10 +73,12 @@ static const char echo_help[] =
     "\n"
     "The run needs 2 x C descriptors: the soft limit is raised to the hard limit,\n"
     "and a run that needs more says so and exits 1. Connects that time out (a full\n"
-    "accept queue drops SYNs) are retried with backoff. Exit codes: 0 ok, 1 a\n"
-    "connection or the server failed, 2 usage.\n";
+    "accept queue drops SYNs) are retried with backoff. The go backend's figures\n"
+    "are its program's own; $WEFT_BENCH_GO_DIR names the folder of the Go\n"
+    "baselines (default: this build's). Exit codes: 0 ok (also when go is\n"
+    "skipped), 1 a connection or the server failed, 2 usage.\n";
 
-enum { B_WEFT, B_THREADS, NBACKENDS };
+enum { B_WEFT, B_THREADS, B_GO, NBACKENDS };
 
 /* ------------------------------------------------------------------------ */
 /* Server and client                                                         */
@@ -160,7 +172,7 @@ static int echo_client(void *arg, size_t c) {
     lat[m] = (float)((double)(t1 - t0) / 1e3);
     ok++;
   }
-  close(fd);
+  wb_net_close(fd);
   atomic_fetch_add_explicit(&e->msgs_ok, ok, memory_order_relaxed);
   free(heap);
   return 0;
@@ -297,6 +309,7 @@ static const wb_opt echo_opts[] = {
 static const wb_choice echo_backends[] = {
     {"weft", "fiber per connection (weft I/O)", NULL, B_WEFT},
     {"threads", "thread per connection (blocking sockets)", NULL, B_THREADS},
+    {"go", "goroutine per connection (Go)", NULL, B_GO},
 };
 
 /* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
@@ -317,6 +330,10 @@ typedef struct echo_totals {
   size_t failed_conns, msgs_failed, server_errors, warmup_errors;
   unsigned retries;
   int backlog;
+  /* go: what its records say about the program (the last one's), and its largest peak RSS */
+  char go_version[64];
+  int64_t gomaxprocs;
+  double peak_rss_kb; /* NAN: none read */
 } echo_totals;
 
 typedef struct echo_cmd {
@@ -360,6 +377,8 @@ static int echo_prepare(wb_driver *d) {
     if (!r) return WB_EXIT_FAIL;
     r->label = ch->label;
     r->state = &c->totals[ch->id];
+    c->totals[ch->id].peak_rss_kb = NAN;
+    if (ch->id == B_GO) r->family = "go";
   }
   return 0;
 }
@@ -386,18 +405,112 @@ static int echo_setup_run(wb_driver *d) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The go backend                                                            */
+/* ------------------------------------------------------------------------ */
+
+static double num_or_nan(const json_t *rec, const char *key) {
+  double v;
+  return wb_json_get_num(rec, key, &v) ? v : NAN;
+}
+
+static size_t count_of(const json_t *rec, const char *key) {
+  double v;
+  return wb_json_get_num(rec, key, &v) && v > 0 ? (size_t)v : 0;
+}
+
+/*
+ * One repetition of the go backend: weft-go-echo with the run's values and
+ * the warm-up the other backends got (it warms itself up, untimed, as every
+ * repetition is a fresh process), then its record read into res as measure
+ * would have filled it. 0, WB_SKIP without the program, or a negative errno
+ * when it gave no figures (err says why).
+ */
+static int measure_go(const echo_setup *es, size_t connections, size_t warm_conns, size_t warm_msgs,
+                      echo_totals *t, run_result *res, char *err, size_t errlen) {
+  memset(res, 0, sizeof *res);
+  char path[4096];
+  if (wb_go_find("weft-go-echo", path, sizeof path, err, errlen) < 0) return WB_SKIP;
+  char conns_s[24], msgs_s[24], size_s[24], timeout_s[24], wc_s[24], wm_s[24];
+  snprintf(conns_s, sizeof conns_s, "%zu", connections);
+  snprintf(msgs_s, sizeof msgs_s, "%zu", es->messages);
+  snprintf(size_s, sizeof size_s, "%zu", es->size);
+  snprintf(timeout_s, sizeof timeout_s, "%lld", (long long)(es->timeout_ns / 1000000));
+  snprintf(wc_s, sizeof wc_s, "%zu", warm_conns);
+  snprintf(wm_s, sizeof wm_s, "%zu", warm_msgs);
+  char *argv[] = {
+      path,      "-connections",        conns_s, "-messages",        msgs_s, "-size", size_s, "-timeout-ms",
+      timeout_s, "-warmup-connections", wc_s,    "-warmup-messages", wm_s,   NULL};
+  json_t *rec = NULL;
+  int code;
+  int rc = wb_run_json(path, argv, NULL, &rec, &code);
+  /* Exit code 1 with a record: connections failed, and the record has the figures and the first error. */
+  const char *status = wb_json_get_str(rec, "status");
+  double ms, ok;
+  if (rc < 0 || (code != 0 && code != 1) || !status || !wb_json_get_num(rec, "elapsed_ms", &ms) ||
+      !wb_json_get_num(rec, "messages_ok", &ok)) {
+    json_decref(rec);
+    snprintf(err, errlen, "%.180s failed (exit code %d)", path, code);
+    return rc < 0 ? rc : -EIO;
+  }
+  res->elapsed_ms = ms;
+  res->cpu_ms = (num_or_nan(rec, "cpu_user_s") + num_or_nan(rec, "cpu_sys_s")) * 1000.0;
+  res->msgs_ok = ok > 0 ? (size_t)ok : 0;
+  res->failed_conns = count_of(rec, "failed_connections");
+  res->srv.errors = count_of(rec, "server_errors");
+  res->retries = (unsigned)count_of(rec, "connect_retries");
+  res->backlog = (int)num_or_nan(rec, "listen_backlog");
+  res->lat.p50 = num_or_nan(rec, "latency_ms_p50");
+  res->lat.p90 = num_or_nan(rec, "latency_ms_p90");
+  res->lat.p99 = num_or_nan(rec, "latency_ms_p99");
+  res->lat.max = num_or_nan(rec, "latency_ms_max");
+  const char *first = wb_json_get_str(rec, "error");
+  if (!first && strcmp(status, "ok") != 0) first = "weft-go-echo reported a failure";
+  snprintf(res->first_error, sizeof res->first_error, "%s", first ? first : "");
+  snprintf(res->srv.first_error, sizeof res->srv.first_error, "%s", res->first_error);
+  if (!res->failed_conns && !res->srv.errors && (res->msgs_ok != connections * es->messages || first)) {
+    /* Round trips missing with no failure counted, or a failure with no count: the program is at odds with
+     * itself, and the run cannot pass. */
+    res->srv.errors = 1;
+    if (!first)
+      snprintf(res->first_error, sizeof res->first_error,
+               "weft-go-echo: %zu of %zu round trips, no failure counted", res->msgs_ok,
+               connections * es->messages);
+    snprintf(res->srv.first_error, sizeof res->srv.first_error, "%s", res->first_error);
+  }
+  t->warmup_errors += count_of(rec, "warmup_errors");
+  const char *v = wb_json_get_str(rec, "go_version");
+  snprintf(t->go_version, sizeof t->go_version, "%s", v ? v : "unknown");
+  double x;
+  t->gomaxprocs = wb_json_get_num(rec, "gomaxprocs", &x) ? (int64_t)x : -1;
+  if (wb_json_get_num(rec, "peak_rss_kb", &x) && (isnan(t->peak_rss_kb) || x > t->peak_rss_kb))
+    t->peak_rss_kb = x;
+  json_decref(rec);
+  return 0;
+}
+
 /* The warm-up, untimed, on a few connections: weft's carriers and stacks, the thread library's caches. */
 static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   echo_cmd *c = d->ctx;
   echo_totals *t = r->state;
   echo_setup es = c->es;
   size_t conns = (size_t)c->connections;
+  size_t warm_conns = conns < 50 ? conns : 50, warm_msgs = es.messages < 10 ? es.messages : 10;
   if (phase == WB_WARMUP) {
-    es.messages = es.messages < 10 ? es.messages : 10;
-    conns = conns < 50 ? conns : 50;
+    es.messages = warm_msgs;
+    conns = warm_conns;
   }
   run_result res;
-  measure(&es, r->id, conns, c->lat, &res);
+  if (r->id == B_GO) {
+    /* The go program warms itself up in each of its processes; here, only whether it is there. */
+    char path[4096];
+    if (phase == WB_WARMUP)
+      return wb_go_find("weft-go-echo", path, sizeof path, s->error, sizeof s->error) < 0 ? WB_SKIP : 0;
+    int rc = measure_go(&es, conns, warm_conns, warm_msgs, t, &res, s->error, sizeof s->error);
+    if (rc != 0) return rc;
+  } else {
+    measure(&es, r->id, conns, c->lat, &res);
+  }
   /* Failed connections are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
   if (res.failed_conns || res.srv.errors) {
@@ -442,10 +555,19 @@ static int echo_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
   if (rc == 0) rc = wb_json_set_int(rec, "listen_backlog", t->backlog);
   if (rc == 0 && r->id == B_THREADS) rc = wb_json_set_int(rec, "thread_stack", (int64_t)c->es.stack);
+  if (rc == 0 && r->id == B_GO && t->go_version[0]) {
+    /* The Go program's own process: its peak RSS (the largest over the repetitions) and runtime. */
+    rc = wb_json_set_num(rec, "peak_rss_kb", t->peak_rss_kb);
+    if (rc == 0) rc = wb_json_set_str(rec, "go_version", t->go_version);
+    if (rc == 0) rc = wb_json_set_int(rec, "gomaxprocs", t->gomaxprocs);
+  }
   if (rc == 0 && r->id == B_WEFT) {
-    const wb_run *thr = wb_find_run(d, "threads");
+    const wb_run *thr = wb_find_run(d, "threads"), *go = wb_find_run(d, "go");
     rc = thr ? wb_json_add_ratio(rec, "vs_threads", r->m[M_MPS], r->n, thr->m[M_MPS], thr->n)
              : wb_json_set_null(rec, "vs_threads");
+    if (rc == 0)
+      rc = go ? wb_json_add_ratio(rec, "vs_go", r->m[M_MPS], r->n, go->m[M_MPS], go->n)
+              : wb_json_set_null(rec, "vs_go");
   }
   return rc;
 }
@@ -459,6 +581,10 @@ static void echo_report(wb_driver *d) {
   for (size_t j = 0; j < d->nruns; j++) {
     const wb_run *r = &d->runs[j];
     const echo_totals *t = r->state;
+    if (r->skipped) {
+      printf("%-8s skipped: %s\n", r->name, r->error);
+      continue;
+    }
     if (r->n == 0) {
       printf("%-8s  no repetition ran: %s\n", r->name, r->error);
       continue;
@@ -469,17 +595,23 @@ static void echo_report(wb_driver *d) {
     wb_print_net_cells(r, M_P50);
     printf(" %7zu\n", t->failed_conns + t->server_errors);
   }
-  const wb_run *w = wb_find_run(d, "weft"), *thr = wb_find_run(d, "threads");
+  const wb_run *w = wb_find_run(d, "weft"), *thr = wb_find_run(d, "threads"), *go = wb_find_run(d, "go");
   if (w && thr) wb_print_ratio("weft/threads", w->m[M_MPS], w->n, thr->m[M_MPS], thr->n);
+  if (w && go) wb_print_ratio("weft/go", w->m[M_MPS], w->n, go->m[M_MPS], go->n);
   for (size_t j = 0; j < d->nruns; j++) {
     const echo_totals *t = d->runs[j].state;
     if (t->failed_conns || t->server_errors || t->warmup_errors)
       printf("  %s: %zu failed connections, %zu server errors, %zu in the warm-up; first: %s\n",
              d->runs[j].name, t->failed_conns, t->server_errors, t->warmup_errors, d->runs[j].error);
   }
+  const echo_totals *gt = go ? go->state : NULL;
+  if (gt && gt->go_version[0])
+    printf("  go: weft-go-echo, %s, GOMAXPROCS %lld, peak RSS %.0f KiB (its process's)\n", gt->go_version,
+           (long long)gt->gomaxprocs, gt->peak_rss_kb);
   printf("(medians over %zu repetitions; MB/s counts each echoed byte once; latency: one round trip,\n"
          " percentiles are the medians of each repetition's, max the largest; CPU: the whole process's,\n"
-         " both sides; cores: CPU time over wall time, the share of the machine the run got)\n",
+         " both sides (go: its program's); cores: CPU time over wall time, the share of the machine\n"
+         " the run got)\n",
          d->nruns ? d->runs[0].n : 0);
 }
 
@@ -513,5 +645,12 @@ int wb_cmd_echo(int argc, char **argv) {
   c.messages = 100;
   c.size = 64;
   c.timeout_ms = 30000;
-  return wb_drive(&echo_command, &c, argc, argv);
+  /*
+   * The default list has go when its program is there. Asked for by name
+   * without it, go is skipped with the reason, as in every command.
+   */
+  wb_command cmd = echo_command;
+  char path[4096], why[256];
+  if (wb_go_find("weft-go-echo", path, sizeof path, why, sizeof why) < 0) cmd.pick_default = "weft,threads";
+  return wb_drive(&cmd, &c, argc, argv);
 }

@@ -1,6 +1,7 @@
 /*
  * This file contains `weft-bench http`: R GETs over C concurrent requests,
- * by the same HTTP/1.1 client (http.c) on three backends in one run:
+ * by the same HTTP/1.1 client (http.c) on three backends in one run, and by
+ * Go's net/http client as the baseline:
  *
  *   weft     a WEFT_BLOCKING weft_pmap over the R requests with
  *            max_parallel = C: C fibers, each taking the next request as it
@@ -11,6 +12,10 @@
  *            the OpenMP team has threads
  *   threads  a pthread per request, at most C alive at once (a new one starts
  *            when one ends), on plain blocking sockets
+ *   go       the Go baseline (benchmarks/go/httpget, weft-go-httpget): C
+ *            goroutines taking the next request from a counter, net/http's
+ *            client with keep-alive as asked; a fresh process per repetition
+ *            against the same server (skipped without Go)
  *
  * Why a parallel map rather than C hand-made fibers that loop: the map is the
  * API that weft offers for this (max_parallel is its bound on requests in
@@ -21,9 +26,9 @@
  * worker.
  *
  * By default the server is weft-bench's own, on 127.0.0.1 (a fiber per
- * connection, serving a fixed 9 KiB page), shared by all backends, so that
- * only the client changes between them. --url points the clients at another
- * server instead.
+ * connection, serving a fixed 9 KiB page), shared by all backends, the go
+ * one included, so that only the client changes between them. --url points
+ * the clients at another server instead.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "driver.h"
@@ -68,6 +73,10 @@ static const char http_help[] =
     "                            blocking sockets (in flight: the team's threads)\n"
     "                   threads  a pthread per request, at most C at once, plain\n"
     "                            blocking sockets\n"
+    "                   go       Go's net/http client, C goroutines (the Go baseline\n"
+    "                            weft-go-httpget, a process per repetition, against\n"
+    "                            the same server; skipped with a message when this\n"
+    "                            build has no Go)\n"
     "                   a comma-separated list; default: all that this build has\n"
     "  --timeout-ms T   limit of one request, connect included (default 10000)\n"
     "  --repeat K       K repetitions, backends interleaved; medians and spread\n"
@@ -77,10 +86,13 @@ static const char http_help[] =
     "Each backend first runs an untimed warm-up. A request that fails is counted\n"
     "and reported, never fatal. The soft descriptor limit is raised to the hard\n"
     "limit; a run that needs more descriptors than that says so and exits 1.\n"
-    "Exit codes: 0 ok, 1 a request or the server failed, 2 usage, 3 a backend\n"
-    "this build lacks.\n";
+    "The go backend's CPU time is its program's plus, with weft-bench's own\n"
+    "server, that server's share; $WEFT_BENCH_GO_DIR names the folder of the Go\n"
+    "baselines (default: this build's). Exit codes: 0 ok (also when go is\n"
+    "skipped), 1 a request or the server failed, 2 usage, 3 a backend this build\n"
+    "lacks.\n";
 
-enum { B_WEFT, B_OMP, B_THREADS, NBACKENDS };
+enum { B_WEFT, B_OMP, B_THREADS, B_GO, NBACKENDS };
 
 /* ------------------------------------------------------------------------ */
 /* One measured run of one backend                                           */
@@ -289,6 +301,7 @@ static const wb_choice http_backends[] = {
     {"weft", "weft pmap BLOCKING (fibers)", NULL, B_WEFT},
     {"omp", "OpenMP parallel for (blocking sockets)", WB_NEEDS_OPENMP, B_OMP},
     {"threads", "thread per request (blocking sockets)", NULL, B_THREADS},
+    {"go", "Go net/http client (goroutines)", NULL, B_GO},
 };
 
 /* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
@@ -307,7 +320,12 @@ static const wb_metric http_metrics[NMETRICS] = {
 typedef struct http_totals {
   size_t in_flight; /* C; the team size for omp */
   size_t errors, warmup_errors;
-  unsigned retries, reconnects;
+  unsigned retries, reconnects; /* go: reconnects are net/http's own, not counted */
+  /* go: what its records say about the program (the last one's), its largest peak RSS, its dials */
+  char go_version[64];
+  int64_t gomaxprocs;
+  double peak_rss_kb; /* NAN: none read */
+  size_t connections_opened;
 } http_totals;
 
 typedef struct http_cmd {
@@ -365,6 +383,8 @@ static int http_prepare(wb_driver *d) {
     r->label = ch->label;
     r->state = &c->totals[ch->id];
     c->totals[ch->id].in_flight = (size_t)c->concurrency;
+    c->totals[ch->id].peak_rss_kb = NAN;
+    if (ch->id == B_GO) r->family = "go";
 #ifdef _OPENMP
     if (ch->id == B_OMP) c->totals[ch->id].in_flight = (size_t)omp_get_max_threads();
 #endif
@@ -435,6 +455,101 @@ static int http_start(wb_driver *d) {
   return 0;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The go backend                                                            */
+/* ------------------------------------------------------------------------ */
+
+static double num_or_nan(const json_t *rec, const char *key) {
+  double v;
+  return wb_json_get_num(rec, key, &v) ? v : NAN;
+}
+
+static size_t count_of(const json_t *rec, const char *key) {
+  double v;
+  return wb_json_get_num(rec, key, &v) && v > 0 ? (size_t)v : 0;
+}
+
+/*
+ * One repetition of the go backend: weft-go-httpget GETs the run's URL (the
+ * loopback server's, or --url's) with the run's values, after a warm-up of
+ * its own of the same size as the other backends' (every repetition is a
+ * fresh process), and its record is read into res as measure would have
+ * filled it. Its CPU time is its own over the R requests; with weft-bench's
+ * server, the server's CPU time (this process's, while the program ran) is
+ * added, scaled to the R requests of the warm-up and R it served, so that
+ * the figure covers both sides like the other backends'. 0, WB_SKIP without
+ * the program, or a negative errno when it gave no figures (err says why).
+ */
+static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *err, size_t errlen) {
+  memset(res, 0, sizeof *res);
+  char path[4096];
+  if (wb_go_find("weft-go-httpget", path, sizeof path, err, errlen) < 0) return WB_SKIP;
+  char req_s[24], conc_s[24], timeout_s[24], warm_s[24], expect_s[24];
+  snprintf(req_s, sizeof req_s, "%lld", (long long)c->requests);
+  snprintf(conc_s, sizeof conc_s, "%lld", (long long)c->concurrency);
+  snprintf(timeout_s, sizeof timeout_s, "%lld", (long long)c->timeout_ms);
+  snprintf(warm_s, sizeof warm_s, "%zu", c->warmup);
+  snprintf(expect_s, sizeof expect_s, "%lld",
+           c->hs.expect_len == SIZE_MAX ? -1LL : (long long)c->hs.expect_len);
+  char *argv[16];
+  size_t k = 0;
+  argv[k++] = path;
+  argv[k++] = "-url";
+  argv[k++] = (char *)c->url;
+  argv[k++] = "-requests";
+  argv[k++] = req_s;
+  argv[k++] = "-concurrency";
+  argv[k++] = conc_s;
+  argv[k++] = "-timeout-ms";
+  argv[k++] = timeout_s;
+  argv[k++] = "-warmup";
+  argv[k++] = warm_s;
+  argv[k++] = "-expect-bytes";
+  argv[k++] = expect_s;
+  if (c->keepalive) argv[k++] = "-keepalive";
+  argv[k] = NULL;
+  json_t *rec = NULL;
+  int code;
+  wb_usage u0 = wb_usage_now();
+  int rc = wb_run_json(path, argv, NULL, &rec, &code);
+  double server_ms = wb_usage_cpu_ms(wb_usage_since(wb_usage_now(), u0));
+  /* Exit code 1 with a record: requests failed, and the record has the figures and the first error. */
+  const char *status = wb_json_get_str(rec, "status");
+  double ms, ok;
+  if (rc < 0 || (code != 0 && code != 1) || !status || !wb_json_get_num(rec, "elapsed_ms", &ms) ||
+      !wb_json_get_num(rec, "requests_ok", &ok)) {
+    json_decref(rec);
+    snprintf(err, errlen, "%.180s failed (exit code %d)", path, code);
+    return rc < 0 ? rc : -EIO;
+  }
+  res->elapsed_ms = ms;
+  res->cpu_ms = (num_or_nan(rec, "cpu_user_s") + num_or_nan(rec, "cpu_sys_s")) * 1000.0;
+  if (c->srv) {
+    double warm = (double)count_of(rec, "warmup_requests"), timed = (double)c->requests;
+    res->cpu_ms += server_ms * timed / (timed + warm);
+  }
+  res->ok = ok > 0 ? (size_t)ok : 0;
+  res->errors = (size_t)c->requests - (res->ok < (size_t)c->requests ? res->ok : (size_t)c->requests);
+  res->retries = (unsigned)count_of(rec, "connect_retries");
+  res->lat.p50 = num_or_nan(rec, "latency_ms_p50");
+  res->lat.p90 = num_or_nan(rec, "latency_ms_p90");
+  res->lat.p99 = num_or_nan(rec, "latency_ms_p99");
+  res->lat.max = num_or_nan(rec, "latency_ms_max");
+  const char *first = wb_json_get_str(rec, "error");
+  if (!first && strcmp(status, "ok") != 0) first = "weft-go-httpget reported a failure";
+  snprintf(res->first_error, sizeof res->first_error, "%s", first ? first : "");
+  t->warmup_errors += count_of(rec, "warmup_errors");
+  t->connections_opened += count_of(rec, "connections_opened");
+  const char *v = wb_json_get_str(rec, "go_version");
+  snprintf(t->go_version, sizeof t->go_version, "%s", v ? v : "unknown");
+  double x;
+  t->gomaxprocs = wb_json_get_num(rec, "gomaxprocs", &x) ? (int64_t)x : -1;
+  if (wb_json_get_num(rec, "peak_rss_kb", &x) && (isnan(t->peak_rss_kb) || x > t->peak_rss_kb))
+    t->peak_rss_kb = x;
+  json_decref(rec);
+  return 0;
+}
+
 /* The warm-up (max(100, C) requests, untimed) starts weft's carriers, the OpenMP team and the server's
  * fibers. */
 static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
@@ -442,7 +557,16 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   http_totals *t = r->state;
   run_result res;
   size_t n = phase == WB_WARMUP ? c->warmup : (size_t)c->requests;
-  measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &res);
+  if (r->id == B_GO) {
+    /* The go program warms itself up in each of its processes; here, only whether it is there. */
+    char path[4096];
+    if (phase == WB_WARMUP)
+      return wb_go_find("weft-go-httpget", path, sizeof path, s->error, sizeof s->error) < 0 ? WB_SKIP : 0;
+    int rc = measure_go(c, t, &res, s->error, sizeof s->error);
+    if (rc != 0) return rc;
+  } else {
+    measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &res);
+  }
   /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
   if (res.errors) {
@@ -499,19 +623,33 @@ static int http_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0) rc = wb_json_set_int(rec, "warmup_requests", (int64_t)c->warmup);
   if (rc == 0) rc = wb_json_set_int(rec, "warmup_errors", (int64_t)t->warmup_errors);
   if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
-  if (rc == 0) rc = wb_json_set_int(rec, "reconnects", t->reconnects);
+  /* net/http retries a request on a kept-alive connection that the server closed, without a count. */
+  if (rc == 0)
+    rc = r->id == B_GO ? wb_json_set_null(rec, "reconnects")
+                       : wb_json_set_int(rec, "reconnects", t->reconnects);
   if (rc == 0)
     rc = own ? wb_json_set_int(rec, "server_errors", (int64_t)c->srv_stats.errors)
              : wb_json_set_null(rec, "server_errors");
   if (rc == 0)
     rc = own ? wb_json_set_int(rec, "listen_backlog", c->backlog) : wb_json_set_null(rec, "listen_backlog");
+  if (rc == 0 && r->id == B_GO && t->go_version[0]) {
+    /* The Go program's own process: its dials, its peak RSS (the largest over the repetitions), its runtime.
+     */
+    rc = wb_json_set_int(rec, "connections_opened", (int64_t)t->connections_opened);
+    if (rc == 0) rc = wb_json_set_num(rec, "peak_rss_kb", t->peak_rss_kb);
+    if (rc == 0) rc = wb_json_set_str(rec, "go_version", t->go_version);
+    if (rc == 0) rc = wb_json_set_int(rec, "gomaxprocs", t->gomaxprocs);
+  }
   if (rc == 0 && r->id == B_WEFT) {
-    const wb_run *omp = wb_find_run(d, "omp"), *thr = wb_find_run(d, "threads");
+    const wb_run *omp = wb_find_run(d, "omp"), *thr = wb_find_run(d, "threads"), *go = wb_find_run(d, "go");
     rc = omp ? wb_json_add_ratio(rec, "vs_omp", r->m[M_RPS], r->n, omp->m[M_RPS], omp->n)
              : wb_json_set_null(rec, "vs_omp");
     if (rc == 0)
       rc = thr ? wb_json_add_ratio(rec, "vs_threads", r->m[M_RPS], r->n, thr->m[M_RPS], thr->n)
                : wb_json_set_null(rec, "vs_threads");
+    if (rc == 0)
+      rc = go ? wb_json_add_ratio(rec, "vs_go", r->m[M_RPS], r->n, go->m[M_RPS], go->n)
+              : wb_json_set_null(rec, "vs_go");
   }
   return rc;
 }
@@ -527,6 +665,10 @@ static void http_report(wb_driver *d) {
   for (size_t j = 0; j < d->nruns; j++) {
     const wb_run *r = &d->runs[j];
     const http_totals *t = r->state;
+    if (r->skipped) {
+      printf("%-8s skipped: %s\n", r->name, r->error);
+      continue;
+    }
     if (r->n == 0) {
       printf("%-8s  no repetition ran: %s\n", r->name, r->error);
       continue;
@@ -537,8 +679,10 @@ static void http_report(wb_driver *d) {
     printf(" %8zu\n", t->errors);
   }
   const wb_run *w = wb_find_run(d, "weft"), *omp = wb_find_run(d, "omp"), *thr = wb_find_run(d, "threads");
+  const wb_run *go = wb_find_run(d, "go");
   if (w && omp) wb_print_ratio("weft/omp", w->m[M_RPS], w->n, omp->m[M_RPS], omp->n);
   if (w && thr) wb_print_ratio("weft/threads", w->m[M_RPS], w->n, thr->m[M_RPS], thr->n);
+  if (w && go) wb_print_ratio("weft/go", w->m[M_RPS], w->n, go->m[M_RPS], go->n);
   for (size_t j = 0; j < d->nruns; j++) {
     const http_totals *t = d->runs[j].state;
     if (t->errors || t->warmup_errors)
@@ -547,9 +691,15 @@ static void http_report(wb_driver *d) {
   }
   if (c->srv_stats.errors)
     printf("  server: %zu errors; first: %s\n", c->srv_stats.errors, c->srv_stats.first_error);
+  const http_totals *gt = go ? go->state : NULL;
+  if (gt && gt->go_version[0])
+    printf("  go: weft-go-httpget, %s, GOMAXPROCS %lld, peak RSS %.0f KiB, %.0f connections per repetition\n",
+           gt->go_version, (long long)gt->gomaxprocs, gt->peak_rss_kb,
+           (double)gt->connections_opened / (double)go->n);
   printf("(medians over %zu repetitions; latency: connect to close of one request, percentiles are the\n"
-         " medians of each repetition's, max the largest; CPU: the whole process's, server included;\n"
-         " cores: CPU time over wall time, the share of the machine the run got)\n",
+         " medians of each repetition's, max the largest; CPU: the whole process's, server included\n"
+         " (go: its program's, plus the server's share); cores: CPU time over wall time, the share of\n"
+         " the machine the run got)\n",
          d->nruns ? d->runs[0].n : 0);
 }
 
@@ -588,5 +738,19 @@ int wb_cmd_http(int argc, char **argv) {
   c.requests = 10000;
   c.concurrency = 1000;
   c.timeout_ms = 10000;
-  return wb_drive(&http_command, &c, argc, argv);
+  /*
+   * The default list has go when its program is there. Asked for by name
+   * without it, go is skipped with the reason, as in every command.
+   */
+  wb_command cmd = http_command;
+  char path[4096], why[256], list[64] = "";
+  if (wb_go_find("weft-go-httpget", path, sizeof path, why, sizeof why) < 0) {
+    /* Every backend this build has (omp needs OpenMP), go left out. */
+    size_t n = 0;
+    for (size_t i = 0; i < cmd.nchoices; i++)
+      if (!http_backends[i].unavailable && http_backends[i].id != B_GO && n < sizeof list)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? "," : "", http_backends[i].name);
+    cmd.pick_default = list;
+  }
+  return wb_drive(&cmd, &c, argc, argv);
 }

@@ -216,6 +216,7 @@ int wb_http_serve(void *ctx, int fd, wb_io io) {
     int k = keep ? 1 : 0;
     int rc = wb_net_write_all(io, fd, p->resp[k], head ? p->head_len[k] : p->resp_len[k], deadline);
     if (rc < 0) return rc;
+    if (p->served) atomic_fetch_add_explicit(p->served, 1, memory_order_relaxed);
     if (!keep) return 0; /* the caller closes: the server's FIN follows the response */
     memmove(buf, buf + end, have - end);
     have -= end;
@@ -328,7 +329,7 @@ int wb_http_client_init(wb_http_client *c) {
 }
 
 void wb_http_client_fini(wb_http_client *c) {
-  for (size_t i = 0; i < c->nidle; i++) close(c->idle[i]);
+  for (size_t i = 0; i < c->nidle; i++) wb_net_close(c->idle[i]);
   c->nidle = 0;
   free(c->idle);
   free(c->req);
@@ -349,7 +350,7 @@ static void pool_put(wb_http_client *c, int fd) {
   bool kept = c->nidle < c->pool_cap;
   if (kept) c->idle[c->nidle++] = fd;
   weft_mutex_unlock(&c->mu);
-  if (!kept) close(fd);
+  if (!kept) wb_net_close(fd);
 }
 
 static int fail(wb_http_resp *r, const char *stage, int rc, const char *fmt, ...)
@@ -482,7 +483,7 @@ int wb_http_get(wb_http_client *c, wb_http_resp *r) {
       pool_put(c, fd);
       return 0;
     }
-    close(fd);
+    wb_net_close(fd);
     /*
      * A kept-alive connection that the server closed while it sat idle fails
      * before any of the response arrives: retry once on a fresh connection,

@@ -35,6 +35,8 @@ typedef struct wb_http_page {
   size_t resp_len[2];
   size_t head_len[2]; /* their header part (a HEAD request gets only this) */
   int64_t timeout_ns; /* the server's limit on each read or write of a connection (an idle keep-alive too) */
+  atomic_size_t
+      *served; /* when not NULL, counts the page's responses written (weft-bench serve); NULL by init */
 } wb_http_page;
 
 /* Build a body of body_len printable bytes from seed (the same seed, the same bytes). 0 or -ENOMEM. */

@@ -31,6 +31,8 @@ static const char main_help[] =
     "              thread per request: requests/s, latency percentiles, errors\n"
     "  echo        a TCP echo over C loopback connections, a fiber per connection against\n"
     "              a thread per connection: messages/s, MB/s, latency percentiles\n"
+    "  serve       weft-bench's own HTTP/1.1 keep-alive server (a fiber per connection)\n"
+    "              on an address and port, for a load generator such as wrk\n"
     "  grain       the efficiency of a parallel map against the size of its tasks, on\n"
     "              weft (CPU and blocking), OpenMP (parallel for, tasks) and a thread\n"
     "              per task; each one's minimum effective task granularity (METG)\n"
@@ -50,10 +52,11 @@ static const struct {
   int (*run)(int, char **);
   bool uses_weft; /* shut weft's runtime down afterwards */
 } commands[] = {
-    {"sleep", wb_cmd_sleep, true}, {"embroidery", wb_cmd_embroidery, false},
-    {"gpars", wb_cmd_gpars, true}, {"spawn", wb_cmd_spawn, true},
-    {"http", wb_cmd_http, true},   {"echo", wb_cmd_echo, true},
-    {"grain", wb_cmd_grain, true}, {"compare", wb_cmd_compare, false},
+    {"sleep", wb_cmd_sleep, true},  {"embroidery", wb_cmd_embroidery, false},
+    {"gpars", wb_cmd_gpars, true},  {"spawn", wb_cmd_spawn, true},
+    {"http", wb_cmd_http, true},    {"echo", wb_cmd_echo, true},
+    {"grain", wb_cmd_grain, true},  {"compare", wb_cmd_compare, false},
+    {"serve", wb_cmd_serve, false},
 };
 
 int main(int argc, char **argv) {

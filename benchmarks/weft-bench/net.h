@@ -86,6 +86,21 @@ int wb_net_write_all(wb_io io, int fd, const void *buf, size_t len, int64_t dead
 /* Read exactly len bytes: 0, -ENODATA when the stream ends first, or a negative errno. */
 int wb_net_read_full(wb_io io, int fd, void *buf, size_t len, int64_t deadline_ns);
 
+/*
+ * Owned descriptors (weft_fd, weft.h). With WB_IO_WEFT, sockets are handed
+ * to weft once (wb_net_adopt: weft_fd_open, which makes them non-blocking)
+ * and found again by number; the transfers above then use weft_fd_read and
+ * weft_fd_write, and wb_net_close closes through weft_fd_close. With
+ * WB_IO_PLAIN, or WEFT_BENCH_RAW_FD=1 in the environment (the calls on raw
+ * descriptors, for comparison), adopt does nothing and close is close(2).
+ */
+int wb_net_adopt(wb_io io, int fd);
+/* Accept one connection on lfd (adopted when lfd is): the new descriptor or a negative errno. */
+int wb_net_accept(wb_io io, int lfd);
+int wb_net_close(int fd);
+/* Does this run hand sockets to weft (not WEFT_BENCH_RAW_FD)? For reports. */
+bool wb_net_owned_fds(void);
+
 /* The absolute deadline timeout_ns from now, on weft's clock. */
 int64_t wb_net_deadline(int64_t timeout_ns);
 

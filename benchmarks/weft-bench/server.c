@@ -58,7 +58,7 @@ static void *conn_main(void *arg) {
   wb_server *s = c->s;
   int rc = s->fn(s->ctx, c->fd, s->io);
   if (rc < 0) wb_errors_add(&s->errors, "server", rc, NULL);
-  close(c->fd);
+  wb_net_close(c->fd);
   free(c);
   return NULL;
 }
@@ -83,7 +83,7 @@ static bool accepted_one(wb_server *s, int c) {
     return false;
   }
   if (atomic_load(&s->stop)) {
-    close(c);
+    wb_net_close(c);
     return false;
   }
   atomic_fetch_add_explicit(&s->accepted, 1, memory_order_relaxed);
@@ -94,7 +94,7 @@ static bool accepted_one(wb_server *s, int c) {
   conn_arg *ca = malloc(sizeof *ca);
   if (!ca) {
     wb_errors_add(&s->errors, "server", -ENOMEM, NULL);
-    close(c);
+    wb_net_close(c);
     return true;
   }
   ca->s = s;
@@ -142,7 +142,7 @@ static bool accepted_one(wb_server *s, int c) {
   if (rc < 0) {
     wb_errors_add(&s->errors, s->io == WB_IO_WEFT ? "server: weft_future_start" : "server: pthread_create",
                   rc, NULL);
-    close(c);
+    wb_net_close(c);
     free(ca);
   }
   return true;
@@ -151,16 +151,7 @@ static bool accepted_one(wb_server *s, int c) {
 static void *acceptor_main(void *arg) {
   wb_server *s = arg;
   for (;;) {
-    int c;
-    if (s->io == WB_IO_WEFT) {
-      c = weft_accept(s->lfd, NULL, NULL, -1);
-    } else {
-      c = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
-      if (c < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        c = -errno;
-      }
-    }
+    int c = wb_net_accept(s->io, s->lfd);
     if (!accepted_one(s, c)) break;
   }
   return NULL;
@@ -186,63 +177,13 @@ size_t wb_net_thread_stack(void) {
 
 int wb_server_start(wb_io io, size_t backlog_hint, size_t thread_stack, bool nodelay, wb_conn_fn fn,
                     void *ctx, wb_server **out, char *err, size_t errlen) {
-  wb_server *s = calloc(1, sizeof *s);
-  if (!s) {
-    snprintf(err, errlen, "out of memory");
-    return -ENOMEM;
-  }
-  s->io = io;
-  s->nodelay = nodelay;
-  s->fn = fn;
-  s->ctx = ctx;
-  atomic_init(&s->stop, false);
-  atomic_init(&s->accepted, 0);
-  wb_errors_init(&s->errors);
-  s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int rc = s->lfd < 0 ? -errno : 0;
-  const char *what = "socket";
-  if (rc == 0) {
-    int one = 1;
-    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sin;
-    memset(&sin, 0, sizeof sin);
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    what = "bind";
-    rc = bind(s->lfd, (struct sockaddr *)&sin, sizeof sin) == 0 ? 0 : -errno;
-  }
-  if (rc == 0) {
-    /* The kernel silently caps the backlog at net.core.somaxconn; ask for what the run needs. */
-    size_t want = backlog_hint > SOMAXCONN ? backlog_hint : SOMAXCONN;
-    if (want > INT_MAX) want = INT_MAX;
-    int cap = somaxconn();
-    s->backlog = cap > 0 && (size_t)cap < want ? cap : (int)want;
-    what = "listen";
-    rc = listen(s->lfd, (int)want) == 0 ? 0 : -errno;
-  }
-  if (rc == 0) {
-    s->addr.len = sizeof s->addr.ss;
-    what = "getsockname";
-    rc = getsockname(s->lfd, (struct sockaddr *)&s->addr.ss, &s->addr.len) == 0 ? 0 : -errno;
-  }
-  if (rc == 0 && io == WB_IO_WEFT) {
-    what = "weft_future_start";
-    rc = weft_future_start(WEFT_BLOCKING, acceptor_main, s, &s->acceptor);
-  } else if (rc == 0) {
-    pthread_attr_init(&s->attr);
-    pthread_attr_setstacksize(&s->attr, thread_stack);
-    what = "pthread_create";
-    rc = -pthread_create(&s->acceptor_tid, &s->attr, acceptor_main, s);
-    if (rc < 0) pthread_attr_destroy(&s->attr);
-  }
-  if (rc < 0) {
-    snprintf(err, errlen, "loopback server: %s: %s", what, weft_strerror(rc));
-    if (s->lfd >= 0) close(s->lfd);
-    free(s);
-    return rc;
-  }
-  *out = s;
-  return 0;
+  wb_addr lo;
+  memset(&lo, 0, sizeof lo);
+  struct sockaddr_in *sin = (struct sockaddr_in *)&lo.ss;
+  sin->sin_family = AF_INET;
+  sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  lo.len = sizeof *sin;
+  return wb_server_start_at(io, &lo, backlog_hint, thread_stack, nodelay, fn, ctx, out, err, errlen);
 }
 
 const wb_addr *wb_server_addr(const wb_server *s) { return &s->addr; }
@@ -268,11 +209,74 @@ void wb_server_stop(wb_server *s, wb_server_stats *st) {
     free(s->tids);
     pthread_attr_destroy(&s->attr);
   }
-  close(s->lfd);
+  wb_net_close(s->lfd);
   if (st) {
     st->accepted = atomic_load(&s->accepted);
     st->errors = wb_errors_count(&s->errors);
     snprintf(st->first_error, sizeof st->first_error, "%s", wb_errors_first(&s->errors));
   }
   free(s);
+}
+
+/* The server on the address given (weft-bench serve); wb_server_start is this on 127.0.0.1, port 0. */
+int wb_server_start_at(wb_io io, const wb_addr *at, size_t backlog_hint, size_t thread_stack, bool nodelay,
+                       wb_conn_fn fn, void *ctx, wb_server **out, char *err, size_t errlen) {
+  wb_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    snprintf(err, errlen, "out of memory");
+    return -ENOMEM;
+  }
+  s->io = io;
+  s->nodelay = nodelay;
+  s->fn = fn;
+  s->ctx = ctx;
+  atomic_init(&s->stop, false);
+  atomic_init(&s->accepted, 0);
+  wb_errors_init(&s->errors);
+  s->lfd = socket(at->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int rc = s->lfd < 0 ? -errno : 0;
+  const char *what = "socket";
+  if (rc == 0) {
+    int one = 1;
+    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    what = "bind";
+    rc = bind(s->lfd, (const struct sockaddr *)&at->ss, at->len) == 0 ? 0 : -errno;
+  }
+  if (rc == 0) {
+    size_t want = backlog_hint > SOMAXCONN ? backlog_hint : SOMAXCONN;
+    if (want > INT_MAX) want = INT_MAX;
+    int cap = somaxconn();
+    s->backlog = cap > 0 && (size_t)cap < want ? cap : (int)want;
+    what = "listen";
+    rc = listen(s->lfd, (int)want) == 0 ? 0 : -errno;
+  }
+  if (rc == 0) {
+    s->addr.len = sizeof s->addr.ss;
+    what = "getsockname";
+    rc = getsockname(s->lfd, (struct sockaddr *)&s->addr.ss, &s->addr.len) == 0 ? 0 : -errno;
+  }
+  if (rc == 0 && io == WB_IO_WEFT) {
+    what = "weft_fd_open";
+    rc = wb_net_adopt(io, s->lfd);
+  }
+  if (rc == 0 && io == WB_IO_WEFT) {
+    what = "weft_future_start";
+    rc = weft_future_start(WEFT_BLOCKING, acceptor_main, s, &s->acceptor);
+  } else if (rc == 0) {
+    pthread_attr_init(&s->attr);
+    pthread_attr_setstacksize(&s->attr, thread_stack);
+    what = "pthread_create";
+    rc = -pthread_create(&s->acceptor_tid, &s->attr, acceptor_main, s);
+    if (rc < 0) pthread_attr_destroy(&s->attr);
+  }
+  if (rc < 0) {
+    char a[96];
+    wb_net_addr_str(at, a, sizeof a);
+    snprintf(err, errlen, "server on %s: %s: %s", a, what, weft_strerror(rc));
+    if (s->lfd >= 0) wb_net_close(s->lfd);
+    free(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
 }

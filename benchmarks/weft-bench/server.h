@@ -57,4 +57,15 @@ void wb_server_stop(wb_server *s, wb_server_stats *st);
 /* The stack size of the thread backends: weft's fiber stack size, so that both compare like with like. */
 size_t wb_net_thread_stack(void);
 
+/*
+ * wb_server_start on a chosen address (weft-bench serve): at names the
+ * address and port to listen on (IPv4 or IPv6; port 0: the kernel picks
+ * one, which wb_server_addr then gives). SO_REUSEADDR is set, so a fixed
+ * port can be taken again while connections to an earlier server there sit
+ * in TIME_WAIT. Otherwise the same as wb_server_start, which is this with
+ * 127.0.0.1 port 0.
+ */
+int wb_server_start_at(wb_io io, const wb_addr *at, size_t backlog_hint, size_t thread_stack, bool nodelay,
+                       wb_conn_fn fn, void *ctx, wb_server **out, char *err, size_t errlen);
+
 #endif /* WEFT_BENCH_SERVER_H */

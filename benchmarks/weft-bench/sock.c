@@ -13,6 +13,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +132,80 @@ void wb_net_addr_str(const wb_addr *a, char *out, size_t len) {
 
 int64_t wb_net_deadline(int64_t timeout_ns) { return weft_now_ns() + timeout_ns; }
 
+/*
+ * weft's owned descriptors (weft_fd), by descriptor number, so that the
+ * clients and servers keep passing plain ints: an entry is set when
+ * wb_net_adopt hands a socket to weft and cleared by wb_net_close. A number
+ * beyond the table (larger than the hard descriptor limit at first use) is
+ * driven with the calls on raw descriptors. WEFT_BENCH_RAW_FD=1 adopts
+ * nothing, so the same build measures both paths.
+ */
+static _Atomic uint64_t *owned;
+static size_t owned_cap;
+static bool owned_off;
+static pthread_once_t owned_once = PTHREAD_ONCE_INIT;
+
+static void owned_init(void) {
+  const char *raw = getenv("WEFT_BENCH_RAW_FD");
+  owned_off = raw && *raw && strcmp(raw, "0") != 0;
+  struct rlimit rl;
+  size_t cap = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY ? (size_t)rl.rlim_max
+                                                                                  : (size_t)nr_open();
+  if (cap > (1u << 22)) cap = 1u << 22;
+  if (!owned_off && (owned = calloc(cap, sizeof *owned))) owned_cap = cap;
+}
+
+static weft_fd owned_get(int fd) {
+  weft_fd f = {0};
+  if (fd >= 0 && (size_t)fd < owned_cap) f.id_ = atomic_load_explicit(&owned[fd], memory_order_relaxed);
+  return f;
+}
+
+bool wb_net_owned_fds(void) {
+  pthread_once(&owned_once, owned_init);
+  return !owned_off;
+}
+
+int wb_net_adopt(wb_io io, int fd) {
+  pthread_once(&owned_once, owned_init);
+  if (io != WB_IO_WEFT || owned_off || fd < 0 || (size_t)fd >= owned_cap) return 0;
+  weft_fd f;
+  int rc = weft_fd_open(fd, &f);
+  if (rc < 0) return rc;
+  atomic_store_explicit(&owned[fd], f.id_, memory_order_relaxed);
+  return 0;
+}
+
+int wb_net_accept(wb_io io, int lfd) {
+  weft_fd l = owned_get(lfd);
+  if (io != WB_IO_WEFT || l.id_ == 0) {
+    if (io == WB_IO_WEFT) return weft_accept(lfd, NULL, NULL, -1);
+    int c;
+    do c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    while (c < 0 && (errno == EINTR || errno == ECONNABORTED));
+    return c < 0 ? -errno : c;
+  }
+  weft_fd c;
+  int rc = weft_fd_accept(l, NULL, NULL, &c, -1);
+  if (rc < 0) return rc;
+  int fd = weft_fd_native(c);
+  if ((size_t)fd >= owned_cap) { /* cannot be found by number: give it back to raw calls */
+    int d = dup(fd);
+    weft_fd_close(c);
+    return d < 0 ? -errno : d;
+  }
+  atomic_store_explicit(&owned[fd], c.id_, memory_order_relaxed);
+  return fd;
+}
+
+int wb_net_close(int fd) {
+  weft_fd f = owned_get(fd);
+  if (f.id_ == 0) return close(fd) == 0 ? 0 : -errno;
+  /* Cleared first: once weft closes it, the number may be handed out again (and adopted anew). */
+  atomic_store_explicit(&owned[fd], 0, memory_order_relaxed);
+  return weft_fd_close(f);
+}
+
 static void set_timeo(int fd, int opt, int64_t ns) {
   struct timeval tv = {.tv_sec = (time_t)(ns / 1000000000), .tv_usec = (suseconds_t)(ns % 1000000000 / 1000)};
   setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof tv);
@@ -153,7 +229,11 @@ static int connect_once(wb_io io, const wb_addr *a, bool nodelay, int64_t attemp
   }
   int rc;
   if (io == WB_IO_WEFT) {
-    rc = weft_connect(s, (const struct sockaddr *)&a->ss, a->len, attempt_deadline);
+    rc = wb_net_adopt(io, s);
+    weft_fd f = owned_get(s);
+    if (rc == 0)
+      rc = f.id_ ? weft_fd_connect(f, (const struct sockaddr *)&a->ss, a->len, attempt_deadline)
+                 : weft_connect(s, (const struct sockaddr *)&a->ss, a->len, attempt_deadline);
   } else {
     /*
      * A blocking connect is bounded by SO_SNDTIMEO (it then fails with
@@ -178,7 +258,7 @@ static int connect_once(wb_io io, const wb_addr *a, bool nodelay, int64_t attemp
     }
   }
   if (rc < 0) {
-    close(s);
+    wb_net_close(s);
     return rc;
   }
   *fd = s;
@@ -210,7 +290,10 @@ int wb_net_connect(wb_io io, const wb_addr *a, bool nodelay, int64_t timeout_ns,
 }
 
 ssize_t wb_net_read(wb_io io, int fd, void *buf, size_t len, int64_t deadline_ns) {
-  if (io == WB_IO_WEFT) return weft_read(fd, buf, len, deadline_ns);
+  if (io == WB_IO_WEFT) {
+    weft_fd f = owned_get(fd);
+    return f.id_ ? weft_fd_read(f, buf, len, deadline_ns) : weft_read(fd, buf, len, deadline_ns);
+  }
   for (;;) {
     ssize_t r = recv(fd, buf, len, 0);
     if (r >= 0) return r;
@@ -226,7 +309,8 @@ int wb_net_write_all(wb_io io, int fd, const void *buf, size_t len, int64_t dead
   while (len > 0) {
     ssize_t r;
     if (io == WB_IO_WEFT) {
-      r = weft_write(fd, p, len, deadline_ns);
+      weft_fd f = owned_get(fd);
+      r = f.id_ ? weft_fd_write(f, p, len, deadline_ns) : weft_write(fd, p, len, deadline_ns);
     } else {
       r = send(fd, p, len, MSG_NOSIGNAL);
       if (r < 0) {
