@@ -497,7 +497,9 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
  * blocks in poll(2). One fiber per direction at a time: a second fiber
  * reading (or writing) that would wait while one waits gets -EBUSY; threads
- * are not counted (each polls for itself). Deadlines, errors and
+ * are not counted (each polls for itself). Readiness is edge-triggered:
+ * two callers reading one stream at once may each take what the other was
+ * woken for, and then wait for the next data; read from one at a time. Deadlines, errors and
  * -ECANCELED are those of the calls on raw descriptors. Any context,
  * thread-safe; no weft_init needed.
  */

@@ -88,15 +88,16 @@ static ssize_t op_loop(weft__oslot *s, bool write, int64_t deadline_ns, attempt_
   bool fiber = weft__parkable_self() != NULL;
   for (;;) {
     unsigned seen = atomic_load(&d->edges);
-    if (!(fiber && d->empty && d->empty_at == seen && deadline_ns != 0)) {
+    if (!(fiber && deadline_ns != 0 && atomic_load_explicit(&d->empty, memory_order_relaxed) &&
+          atomic_load_explicit(&d->empty_at, memory_order_relaxed) == seen)) {
       ssize_t r = attempt(s, ctx);
       if (r != -EAGAIN && r != -EWOULDBLOCK) {
-        d->empty = false;
+        atomic_store_explicit(&d->empty, false, memory_order_relaxed);
         if (seen_out) *seen_out = seen;
         return r;
       }
-      d->empty = true;
-      d->empty_at = seen;
+      atomic_store_explicit(&d->empty_at, seen, memory_order_relaxed);
+      atomic_store_explicit(&d->empty, true, memory_order_relaxed);
     }
     int w = wait_dir(s, write, seen, deadline_ns);
     if (w < 0) return w;
@@ -180,8 +181,8 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
    * request-reply exchange that saves the read that would only say EAGAIN.
    */
   if (r > 0 && (size_t)r < total && weft__owned_drained(s)) {
-    s->rd.empty = true;
-    s->rd.empty_at = seen;
+    atomic_store_explicit(&s->rd.empty_at, seen, memory_order_relaxed);
+    atomic_store_explicit(&s->rd.empty, true, memory_order_relaxed);
   }
   weft__owned_release(s);
   return r;

@@ -41,8 +41,8 @@ static weft__oslot *slot_at(uint32_t idx) {
 }
 
 static void odir_reset(weft__odir *d) {
-  d->empty = false;
-  d->empty_at = 0;
+  atomic_store_explicit(&d->empty, false, memory_order_relaxed);
+  atomic_store_explicit(&d->empty_at, 0, memory_order_relaxed);
   d->waiter = NULL;
   atomic_store_explicit(&d->revents, 0, memory_order_relaxed);
 }
@@ -81,6 +81,10 @@ int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id) {
         atomic_init(&c[i].reg_epoch, 0);
         atomic_init(&c[i].rd.edges, 0);
         atomic_init(&c[i].wr.edges, 0);
+        atomic_init(&c[i].rd.empty, false);
+        atomic_init(&c[i].wr.empty, false);
+        atomic_init(&c[i].rd.empty_at, 0);
+        atomic_init(&c[i].wr.empty_at, 0);
         c[i].fd = -1;
         c[i].idx = nslots + i;
       }

@@ -40,10 +40,10 @@
 
 /* One direction of a slot. */
 typedef struct weft__odir {
-  atomic_uint edges;            /* edges reported by epoll for this direction (any carrier; under lock) */
-  unsigned empty_at;            /* edges when a call last saw EAGAIN (valid when `empty`); the caller's */
-  bool empty;                   /* the caller saw EAGAIN at empty_at */
-  weft__waiter *waiter;         /* parked here, or NULL: under lock */
+  atomic_uint edges;    /* edges reported by epoll for this direction (any carrier; under lock) */
+  atomic_uint empty_at; /* edges when a call last saw EAGAIN (valid when `empty`); the callers' (relaxed) */
+  atomic_bool empty;    /* a call saw EAGAIN (or drained a TCP socket) at empty_at: one reader at a time */
+  weft__waiter *waiter; /* parked here, or NULL: under lock */
   atomic_uint_fast32_t revents; /* the POLL* bits of the last edge, for weft_fd_poll */
 } weft__odir;
 
