@@ -342,7 +342,7 @@ void wb_free_strv(char **v);
 /* ------------------------------------------------------------------------ */
 
 /*
- * The path of the Go baseline name ("weft-go-sleep", "weft-go-spawn"):
+ * The path of the Go baseline name ("weft-go-sleep", "weft-go-spawn", "weft-go-echo", "weft-go-httpget"):
  * from $WEFT_BENCH_GO_DIR when it is set, else from the folder this build
  * made them in. 0 with the path in out[0..len); -ENOENT when there is none,
  * with why in why[0..whylen), the words after "go: skipped: " ("Go not

@@ -1,8 +1,8 @@
 /*
  * This file contains where weft-bench finds its Go baselines (benchmarks/go:
- * weft-go-sleep, weft-go-spawn), or why it has none. CMake builds them when
- * it finds Go and writes their folder as WB_GO_DIR into go_paths.h; without
- * Go it writes the reason as WB_GO_SKIP. $WEFT_BENCH_GO_DIR overrides the
+ * weft-go-sleep, weft-go-spawn, weft-go-echo, weft-go-httpget), or why it
+ * has none. CMake builds them when it finds Go and writes their folder as
+ * WB_GO_DIR into go_paths.h; without Go it writes the reason as WB_GO_SKIP. $WEFT_BENCH_GO_DIR overrides the
  * folder, for an installed weft-bench or baselines built elsewhere. A
  * missing baseline is never an error: the go case is skipped with the reason.
  */
