@@ -1016,31 +1016,44 @@ static weft__fiber *steal(weft__carrier *c, bool lone) {
  */
 #define SHARE_MAX 64 /* fibers offered at a time */
 
-/* An idle carrier other than c (asleep in its poller, or spinning for work), or NULL. */
-static weft__carrier *idle_carrier(weft__carrier *c) {
-  if (atomic_load_explicit(&rt.nspinning, memory_order_relaxed) > 0) return c; /* a spinner will look */
+/* Is a carrier other than c idle (spinning for work, or asleep in its poller)? */
+static bool idle_carrier(weft__carrier *c) {
+  if (atomic_load_explicit(&rt.nspinning, memory_order_relaxed) > 0) return true;
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   for (unsigned i = 0; i < n; i++) {
     weft__carrier *v = rt.carriers[i];
-    if (v != c && atomic_load_explicit(&v->poller.sleeping, memory_order_relaxed)) return v;
+    if (v != c && atomic_load_explicit(&v->poller.sleeping, memory_order_relaxed)) return true;
   }
-  return NULL;
+  return false;
 }
 
 static bool movable(const weft__fiber *f) { return (f->flags & WEFT__FIBER_STARTED) && f->stay == 0; }
 
 static void maybe_share(weft__carrier *c) {
-  if (!rt.settings.migrate || c->ready.len == 0) return;
-  weft__carrier *idle = idle_carrier(c);
-  if (!idle) return;
+  if (!rt.settings.migrate || c->ready.len == 0 || !idle_carrier(c)) return;
   size_t k = (c->ready.len + 1) / 2;
   if (k > SHARE_MAX) k = SHARE_MAX;
-  weft__fq offer = {0}, keep = {0};
-  for (size_t i = 0; i < k; i++) {
-    weft__fiber *f = weft__fq_pop(&c->ready);
-    if (!f) break;
+  /*
+   * The newest k: the fibers at the head have waited longest and run here
+   * next; what goes may wait for the thief to wake.
+   */
+  size_t keep_n = c->ready.len - k;
+  weft__fq rest = c->ready;
+  if (keep_n == 0) {
+    c->ready = (weft__fq){0};
+  } else {
+    weft__fiber *p = c->ready.head;
+    for (size_t i = 1; i < keep_n; i++) p = p->next;
+    rest.head = p->next;
+    rest.len = k;
+    p->next = NULL;
+    c->ready.tail = p;
+    c->ready.len = keep_n;
+  }
+  weft__fq offer = {0};
+  for (weft__fiber *f; (f = weft__fq_pop(&rest));) {
     if (!movable(f)) {
-      weft__fq_push(&keep, f);
+      weft__fq_push(&c->ready, f);
       continue;
     }
     timer_disarm(f);
@@ -1048,13 +1061,13 @@ static void maybe_share(weft__carrier *c) {
     c->homed--;
     weft__fq_push(&offer, f);
   }
-  weft__fq_splice(&c->ready, &keep);
   if (!offer.len) return;
   weft__lock_acquire(&c->share_lock);
   weft__fq_splice(&c->share, &offer);
   atomic_store_explicit(&c->share_len, c->share.len, memory_order_relaxed);
   weft__lock_release(&c->share_lock);
-  if (idle != c) weft__poller_wake(&idle->poller);
+  /* As for a spawn: a spinning carrier sees share_len, else one that sleeps is woken. */
+  wake_idle(c);
 }
 
 /* Make a fiber taken off a share queue c's own. */
