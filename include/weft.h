@@ -327,6 +327,8 @@ WEFT_EXTERN int weft_configure(const weft_config *cfg);
  * of weft's calls from their return values. Waits on raw descriptors
  * (weft_read and the others above) and file I/O through the ring always
  * resume where they parked. weft_stats.migrations counts the moves.
+ * x86-64 only for now: elsewhere the setting is refused with one warning
+ * (on AArch64 a test suite aborts with it; fiber/frame.h).
  */
 
 /* What this build and process can do: for reports and benchmarks. */

@@ -152,6 +152,10 @@ static int run_group(bool raw, int *errno_lost) {
 }
 
 static bool two_carriers(void) {
+#if !defined(__x86_64__)
+  printf("\n  (WEFT_MIGRATE is refused on this architecture: fiber/frame.h)\n");
+  return false;
+#endif
   if (!weft_test_fibers_expected() || weft_test_cpus() < 2) {
     printf("\n  (needs fibers and two CPUs: skipped)\n");
     return false;

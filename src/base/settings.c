@@ -86,7 +86,7 @@ static const setting table[] = {
     {"WEFT_MIGRATE", S_BOOL, CFG(migrate), OUT(migrate), 0, 0, 1,
      "1: a woken fiber may resume on another carrier that is idle (work sharing), for programs whose "
      "fibers keep no address of errno or of a thread-local variable across a weft call that may park; "
-     "default: a fiber stays on the carrier it started on"},
+     "default: a fiber stays on the carrier it started on; x86-64 only for now"},
     {"WEFT_PLACES", S_TEXT, CFG(places), OUT(places), 0, 0, 0,
      "cores: carrier k pinned to the k-th CPU of the affinity mask; or a CPU list (0,2,4-7): carrier k "
      "to its k-th CPU; default: carriers free in the mask"},

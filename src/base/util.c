@@ -112,5 +112,18 @@ int weft__env_bool(const char *name) {
 }
 
 #if WEFT__CHECKS
-__thread unsigned weft__locks_held[WEFT__LOCK_LEVELS];
+static __thread unsigned weft__locks_held[WEFT__LOCK_LEVELS];
+
+void weft__lock_order_enter(unsigned level) {
+  for (unsigned k = level; k < WEFT__LOCK_LEVELS; k++)
+    if (WEFT__UNLIKELY(weft__locks_held[k] != 0))
+      weft__die("lock order: a level-%u lock taken while one of level %u is held (docs/architecture.md)",
+                level, k);
+  weft__locks_held[level]++;
+}
+
+void weft__lock_order_leave(unsigned level) {
+  WEFT__ASSERT(weft__locks_held[level] > 0);
+  weft__locks_held[level]--;
+}
 #endif

@@ -26,4 +26,14 @@ typedef struct weft__frame {
  */
 bool weft__frame_read(const void *saved_sp, weft__frame *out);
 
+/*
+ * May a fiber resume on another carrier than the one it parked on here
+ * (WEFT_MIGRATE)? Per architecture: on x86-64 weft's code reads its
+ * thread-locals through %fs at each access; on AArch64 the suite sync aborts
+ * with migration on (seen under qemu-user in CI, cause not found: a
+ * thread-local address kept in a register across a park is the suspect), so
+ * the setting is refused there with a warning until that is understood.
+ */
+extern const bool weft__frame_may_migrate;
+
 #endif /* WEFT_FIBER_FRAME_H */

@@ -20,3 +20,6 @@ bool weft__frame_read(const void *saved_sp, weft__frame *out) {
   out->ncallee = 10;
   return true;
 }
+
+/* AArch64: not yet (frame.h). */
+const bool weft__frame_may_migrate = false;

@@ -10,3 +10,6 @@ bool weft__frame_read(const void *saved_sp, weft__frame *out) {
   WEFT__UNUSED(out);
   return false;
 }
+
+/* ucontext builds: not tested with migration. */
+const bool weft__frame_may_migrate = false;

@@ -25,3 +25,6 @@ bool weft__frame_read(const void *saved_sp, weft__frame *out) {
   out->ncallee = 5;
   return true;
 }
+
+/* x86-64: thread-locals are read through %fs at each access. */
+const bool weft__frame_may_migrate = true;

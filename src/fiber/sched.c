@@ -181,6 +181,7 @@
 #include "../base/annotate.h"
 #include "context.h"
 #include "fiber.h"
+#include "frame.h"
 #include "overflow.h"
 #include "sched.h"
 #include "../poll/owned.h"
@@ -1576,6 +1577,13 @@ int weft__fibers_start(const weft__fiber_hooks *h) {
     goto fail;
   }
   rt.settings = s;
+  static bool warned_migrate; /* once per process: under rt.mu */
+  if (s.migrate && !weft__frame_may_migrate) {
+    if (!warned_migrate)
+      weft__warn("WEFT_MIGRATE=1 is not supported on this architecture yet: fibers stay put");
+    warned_migrate = true;
+    rt.settings.migrate = false;
+  }
   static bool warned_places; /* once per process: under rt.mu */
   if (weft__places_parse(s.places, &rt.places) < 0 || weft__places_resolve(&rt.places) < 0) {
     if (!warned_places)
