@@ -793,6 +793,16 @@ static uint64_t next_fiber_id(weft__carrier *c) {
   return c->id_next++;
 }
 
+/* On c's list for dumps; only c writes it, a dump takes the lock to walk it. */
+static void register_on(weft__carrier *c, weft__fiber *f) {
+  weft__lock_acquire(&c->reg_lock);
+  f->reg_prev = NULL;
+  f->reg_next = c->reg_head;
+  if (c->reg_head) c->reg_head->reg_prev = f;
+  c->reg_head = f;
+  weft__lock_release(&c->reg_lock);
+}
+
 /* Make f, which has a stack of `usable` bytes for frames from base, a fresh context homed on c. */
 static void start_on(weft__carrier *c, weft__fiber *f, void *base, size_t usable, void *cookie) {
   f->stack_base = base;
@@ -806,13 +816,7 @@ static void start_on(weft__carrier *c, weft__fiber *f, void *base, size_t usable
   c->homed++;
   weft__count(&c->cnt.started, 1);
   atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
-  /* On its carrier's list for dumps; only this carrier writes it, a dump takes the lock to walk it. */
-  weft__lock_acquire(&c->reg_lock);
-  f->reg_prev = NULL;
-  f->reg_next = c->reg_head;
-  if (c->reg_head) c->reg_head->reg_prev = f;
-  c->reg_head = f;
-  weft__lock_release(&c->reg_lock);
+  register_on(c, f);
 }
 
 static void unregister(weft__carrier *c, weft__fiber *f) {
@@ -1075,12 +1079,7 @@ static void maybe_share(weft__carrier *c) {
 static void adopt_shared(weft__carrier *c, weft__fiber *f, bool moved) {
   f->home = c;
   c->homed++;
-  weft__lock_acquire(&c->reg_lock);
-  f->reg_prev = NULL;
-  f->reg_next = c->reg_head;
-  if (c->reg_head) c->reg_head->reg_prev = f;
-  c->reg_head = f;
-  weft__lock_release(&c->reg_lock);
+  register_on(c, f);
   if (moved) weft__count(&c->cnt.migrations, 1);
 }
 
