@@ -294,7 +294,7 @@ typedef struct weft_config {
   unsigned pin_threshold_ms; /* WEFT_PIN_THRESHOLD_MS: default 20 */
   unsigned max_carriers;     /* WEFT_MAX_CARRIERS: default 256, compensation included */
   int trace_pinned;          /* -1 env/default (WEFT_TRACE_PINNED, default off), 0, 1 */
-  int io_uring;              /* -1 env/default (WEFT_IO_URING, default on where available), 0, 1 */
+  int io_uring;              /* -1 env/default (WEFT_IO_URING, default 1 where available), 0, 1, 2 */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX: most offload threads; default 64 */
   const char *places;        /* WEFT_PLACES: NULL env/default (carriers free in the affinity mask);
                                 "cores": carrier k on the k-th CPU of the mask; or a CPU list, "0,2,4-7":
@@ -341,7 +341,7 @@ typedef struct weft_info {
   const char *stack_guard;    /* "madv-guard", "mprotect", "none" (after start) */
   size_t stack_size;          /* fiber stack size in bytes */
   unsigned carriers;          /* carriers configured (started or not) */
-  bool io_uring;        /* a carrier set up an io_uring for regular files (false before the first file I/O) */
+  bool io_uring;        /* a carrier set up an io_uring as its wait point (false before the first carrier) */
   const char *compiler; /* compiler that built weft */
   /*
    * Where the carriers run: "free" (anywhere in the affinity mask), or the
@@ -412,7 +412,7 @@ typedef struct weft_stats {
   uint64_t yields;             /* weft_yield calls that switched away */
   uint64_t steals;             /* unstarted fibers taken by one carrier from another */
   uint64_t carrier_wakeups;    /* times a carrier slept and was woken (or its timer came) */
-  uint64_t poller_waits;       /* epoll waits, sleeping or not */
+  uint64_t poller_waits;       /* poller waits (in epoll or the ring), sleeping or not */
   uint64_t stack_cache_hits;   /* stacks taken from a thread's cache */
   uint64_t stack_cache_misses; /* stacks taken from the pool or carved fresh */
   uint64_t stacks_carved;      /* stacks newly carved (guards installed) */
@@ -421,8 +421,10 @@ typedef struct weft_stats {
   uint64_t offload_calls;      /* weft_blocking calls (and file I/O without io_uring) run by the pool */
   uint64_t offload_threads;    /* offload threads alive now */
   uint64_t extra_carriers;     /* compensation carriers started for pinned carriers */
-  uint64_t uring_submissions;  /* io_uring_submit calls */
+  uint64_t uring_submissions;  /* io_uring_enter calls that submitted requests */
   uint64_t migrations;         /* woken fibers resumed on another carrier than their last (WEFT_MIGRATE) */
+  uint64_t uring_waits;        /* carriers' waits in their io_uring, sleeping or not (then not in epoll) */
+  uint64_t uring_recvs;        /* fibers' reads of owned sockets done as io_uring receives */
 } weft_stats;
 
 /*
@@ -447,7 +449,7 @@ WEFT_EXTERN int weft_get_stats(weft_stats *out);
  * is ready (epoll, edge-triggered); on a plain thread it blocks the thread
  * in poll(2), with the same results. Sockets, pipes and terminals work
  * directly. Regular files, which are always "ready" to epoll, are read and
- * written through io_uring where the kernel allows it (WEFT_IO_URING=0 turns
+ * written through the carrier's io_uring where the kernel allows it (WEFT_IO_URING=0 turns
  * it off), else on the offload pool (weft_blocking), so a slow disk parks the
  * fiber, not the carrier.
  *
@@ -495,6 +497,14 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * descriptor itself is closed when the last call that uses it has returned,
  * so a call that is inside a system call when another closes the handle can
  * never act on a reused number.
+ *
+ * Reads on a fiber: where the carriers wait in io_uring (WEFT_IO_URING, on
+ * where the kernel allows it: weft_get_info's io_uring), a fiber's read of
+ * an owned socket is a receive request on its carrier's ring, which the
+ * kernel tries when the carrier next enters the ring and otherwise completes
+ * when data comes: no read(2) and no readiness wait of its own
+ * (weft_get_stats: uring_recvs). Pipes, terminals and eventfds, and writes,
+ * go through the registration above.
  *
  * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
  * blocks in poll(2). One fiber per direction at a time: a second fiber

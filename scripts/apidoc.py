@@ -134,7 +134,7 @@ def render(items, header_name):
 
 ROW = re.compile(r'\{"(WEFT_\w+)",\s*(S_\w+),\s*(NO_CFG|CFG\((\w+)\)),\s*OUT\(\w+\),\s*'
                  r'([^,]+),\s*([^,]+),\s*([^,]+),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\}', re.S)
-KINDS = {"S_BOOL": "on/off", "S_COUNT": "count", "S_SIZE": "bytes (k, m, g)", "S_LEVEL": "0 to 2, or on/off",
+KINDS = {"S_BOOL": "on/off", "S_COUNT": "count", "S_SIZE": "bytes (k, m, g)", "S_LEVEL": "0 to 2, or on/off", "S_MODE": "0 to 2, or on/off",
          "S_MS0": "ms (0: off)", "S_TEXT": "text"}
 
 
@@ -161,13 +161,13 @@ def settings_section(path):
     for env, kind, _, field, dflt, least, most, doc in rows:
         text = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', doc)).replace("\\", "\\")
         d = number(dflt)
-        if kind == "S_BOOL":
+        if kind == "S_BOOL" or (kind == "S_MODE" and d in ("0", "1")):
             d = "on" if d == "1" else "off"
         elif kind == "S_TEXT":
             d = "unset"
         elif kind == "S_COUNT" and d == "0":
             d = "see right"
-        rng = "" if kind in ("S_BOOL", "S_TEXT", "S_LEVEL", "S_MS0") else f" ({number(least)} to {number(most)})"
+        rng = "" if kind in ("S_BOOL", "S_TEXT", "S_LEVEL", "S_MS0", "S_MODE") else f" ({number(least)} to {number(most)})"
         out.append(f"| `{env}` | {'`' + field + '`' if field else 'environment only'} | {KINDS.get(kind, kind)}{rng} "
                    f"| {d} | {text} |")
     return "\n".join(out) + "\n"

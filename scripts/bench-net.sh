@@ -15,10 +15,10 @@
 #
 # A, the client side: the same URL (nginx's /page), C connections (default
 # 1000), kept alive, loaded by
-#   weft-bench http --url URL --requests R --concurrency C --keepalive --backend weft[,go] --json
+#   weft-bench http --url URL --requests R --concurrency C --keepalive --backend weft,weft-uring[,go] --json
 #     (R default 20000; the go backend, Go's net/http client, when
 #      `weft-bench http --help` lists it: weft-bench skips it with a message
-#      when this build has no Go)
+#      when this build has no Go; weft-uring is weft with WEFT_IO_URING=2)
 #   wrk -tT -cC -dS --latency URL                     (T default 2, S default 10 s)
 # K repetitions (default 3), interleaved: repetition r runs the clients in an
 # order rotated by r. Reported: requests/s of each (median, min, max), and the
@@ -26,7 +26,7 @@
 #
 # B, the server side: `weft-bench serve` (weft-bench's own HTTP/1.1 server, an
 # acceptor fiber and a fiber per connection, the same 9216-byte page) on a
-# free port, and nginx, each loaded by the same `wrk -tT -cC -dS --latency`,
+# free port, the same with WEFT_IO_URING=2 on another, and nginx, each loaded by the same `wrk -tT -cC -dS --latency`,
 # interleaved the same way. Reported: requests/s (median, min, max), wrk's
 # latency percentiles and errors, and the ratio weft-serve/nginx.
 #
@@ -93,11 +93,12 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-net.XXXXXX")
 nginx_pid=
 serve_pid=
+uring_pid=
 # shellcheck disable=SC2317 # run by the trap
 cleanup() {
   local p
-  for p in $nginx_pid $serve_pid; do kill "$p" 2>/dev/null || true; done
-  for p in $nginx_pid $serve_pid; do wait "$p" 2>/dev/null || true; done
+  for p in $nginx_pid $serve_pid $uring_pid; do kill "$p" 2>/dev/null || true; done
+  for p in $nginx_pid $serve_pid $uring_pid; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -229,7 +230,7 @@ run_wb_http() {
   grep -h 'skipped' "$tmp/wb-http.err" >&2 || true
   while IFS= read -r line; do
     [ -n "$line" ] || continue
-    backend=$(printf '%s\n' "$line" | grep -o '"backend":"[a-z]*"' | head -1 | cut -d'"' -f4)
+    backend=$(printf '%s\n' "$line" | grep -o '"backend":"[a-z-]*"' | head -1 | cut -d'"' -f4)
     rps=$(json_num "$line" rps)
     errs=$(json_num "$line" errors)
     [ "$rps" != null ] || continue
@@ -313,8 +314,10 @@ clients=()
 backends=weft
 wb_http_help=
 [ $have_wb = 0 ] || wb_http_help=$("$wb" http --help)
+# weft-uring: weft with WEFT_IO_URING=2 (the carriers in their rings), beside weft in the same run.
+if [ $have_wb = 1 ] && grep -qE '^ +weft-uring +' <<<"$wb_http_help"; then backends=weft,weft-uring; fi
 if [ $have_wb = 1 ] && grep -qE '^ +go +' <<<"$wb_http_help"; then
-  backends=weft,go
+  backends=$backends,go
 elif [ $have_wb = 1 ]; then
   echo "bench-net.sh: this weft-bench http has no go backend: the Go client is skipped" >&2
 fi
@@ -328,7 +331,7 @@ if [ ${#clients[@]} -gt 0 ]; then
         weft-bench)
           # weft and go back to back, in turn first.
           b=$backends
-          [ $((r % 2)) = 1 ] && [ "$backends" = weft,go ] && b=go,weft
+          [ $((r % 2)) = 1 ] && b=$(tr ',' '\n' <<<"$backends" | tac | paste -sd,)
           run_wb_http "$url" "$((r + 1))" "$b"
           ;;
         wrk) run_wrk client wrk nginx "$url" "$((r + 1))" ;;
@@ -341,16 +344,28 @@ fi
 
 serve_port=
 serve_pid=
+uring_port=
+uring_pid=
 servers=()
-if [ $have_wrk = 1 ] && [ $have_wb = 1 ]; then
-  "$wb" serve --port 0 --backend weft >"$tmp/serve.out" 2>"$tmp/serve.err" &
-  serve_pid=$!
+# start_serve OUTFILE ERRFILE [ENV...]: weft-bench serve on a free port in the background; its pid in
+# $started_pid, its port in $started_port (empty when it did not start).
+start_serve() {
+  local o=$1 e=$2
+  shift 2
+  env "$@" "$wb" serve --port 0 --backend weft >"$o" 2>"$e" &
+  started_pid=$!
+  started_port=
   for _ in $(seq 100); do
-    serve_port=$(sed -n 's/^listening .*:\([0-9]*\)$/\1/p' "$tmp/serve.out")
-    [ -n "$serve_port" ] && break
-    kill -0 "$serve_pid" 2>/dev/null || break
+    started_port=$(sed -n 's/^listening .*:\([0-9]*\)$/\1/p' "$o")
+    [ -n "$started_port" ] && break
+    kill -0 "$started_pid" 2>/dev/null || break
     sleep 0.05
   done
+}
+if [ $have_wrk = 1 ] && [ $have_wb = 1 ]; then
+  start_serve "$tmp/serve.out" "$tmp/serve.err"
+  serve_pid=$started_pid
+  serve_port=$started_port
   if [ -n "$serve_port" ] && ! check_page "$serve_port"; then
     echo "bench-net.sh: weft-bench serve on 127.0.0.1:$serve_port does not serve the 9216-byte /page; its part is skipped" >&2
     rc=1
@@ -360,6 +375,18 @@ if [ $have_wrk = 1 ] && [ $have_wb = 1 ]; then
   else
     echo "bench-net.sh: weft-bench serve did not start; its part is skipped:" >&2
     cat "$tmp/serve.err" >&2
+    rc=1
+  fi
+  # The same server with the carriers in their io_uring rings (WEFT_IO_URING=2), measured beside it.
+  start_serve "$tmp/serve-uring.out" "$tmp/serve-uring.err" WEFT_IO_URING=2
+  uring_pid=$started_pid
+  uring_port=$started_port
+  if [ -n "$uring_port" ] && check_page "$uring_port"; then
+    servers+=(weft-serve-uring)
+    echo "bench-net.sh: weft-bench serve (WEFT_IO_URING=2) on 127.0.0.1:$uring_port" >&2
+  else
+    echo "bench-net.sh: weft-bench serve with WEFT_IO_URING=2 did not serve; its part is skipped:" >&2
+    cat "$tmp/serve-uring.err" >&2
     rc=1
   fi
 elif [ $have_wrk = 0 ]; then
@@ -373,6 +400,7 @@ if [ ${#servers[@]} -gt 0 ]; then
     for ((j = 0; j < n; j++)); do
       case "${servers[$(((r + j) % n))]}" in
         weft-serve) run_wrk server wrk weft-serve "http://127.0.0.1:$serve_port/page" "$((r + 1))" ;;
+        weft-serve-uring) run_wrk server wrk weft-serve-uring "http://127.0.0.1:$uring_port/page" "$((r + 1))" ;;
         nginx) run_wrk server wrk nginx "$url" "$((r + 1))" ;;
       esac
     done
@@ -388,6 +416,15 @@ if [ -n "$serve_pid" ]; then
   fi
   serve_pid=
   serve_report=$(grep '^served' "$tmp/serve.out" || true)
+  if [ -n "$uring_pid" ]; then
+    kill -TERM "$uring_pid" 2>/dev/null || true
+    if wait "$uring_pid"; then :; else
+      echo "bench-net.sh: weft-bench serve (WEFT_IO_URING=2) exited with status $?:" >&2
+      cat "$tmp/serve-uring.err" >&2
+      rc=1
+    fi
+    uring_pid=
+  fi
   [ -z "$serve_report" ] || emit "{\"schema\":1,\"bench\":\"net\",\"kind\":\"serve\",\"report\":$(json_str "$serve_report"),\"date\":\"$date_utc\",\"cpus\":$cpus}"
 fi
 
@@ -427,16 +464,24 @@ else
 fi
 printf '%-44s %12s %12s %12s %8s\n' "client" "req/s" "min" "max" "errors"
 row "weft-bench http --backend weft (fibers)" client.weft.nginx
+case "$backends" in *weft-uring*) row "weft-bench http --backend weft-uring" client.weft-uring.nginx ;; esac
 case "$backends" in *go*) row "weft-bench http --backend go (net/http)" client.go.nginx ;; esac
 row "wrk -t$wrk_threads -c$conns -d${duration}s" client.wrk.nginx
 ratio_line "weft/go" client.weft.nginx client.go.nginx
 ratio_line "weft/wrk" client.weft.nginx client.wrk.nginx
+case "$backends" in *weft-uring*)
+  ratio_line "weft-uring/go" client.weft-uring.nginx client.go.nginx
+  ratio_line "weft-uring/wrk" client.weft-uring.nginx client.wrk.nginx
+  ;;
+esac
 echo
 echo "B. server side: wrk -t$wrk_threads -c$conns -d${duration}s --latency, GET /page"
 printf '%-44s %12s %12s %12s %8s\n' "server" "req/s" "min" "max" "errors"
 row "weft-bench serve --backend weft (fibers)" server.wrk.weft-serve
+row "weft-bench serve, WEFT_IO_URING=2" server.wrk.weft-serve-uring
 row "nginx ($cpus workers)" server.wrk.nginx
 ratio_line "weft-serve/nginx" server.wrk.weft-serve server.wrk.nginx
+ratio_line "weft-serve-uring/nginx" server.wrk.weft-serve-uring server.wrk.nginx
 [ -z "$serve_report" ] || echo "  weft-bench serve: $serve_report"
 if [ -s "$tmp/error.log" ]; then
   echo "  nginx's error log: $(wc -l <"$tmp/error.log") lines; the first: $(head -1 "$tmp/error.log")"

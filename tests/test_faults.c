@@ -244,13 +244,14 @@ typedef struct io_pair {
   int fd;
   ssize_t rc;
   int64_t early; /* how long before its deadline the call returned */
+  weft_fd own;   /* the owned handle of fd, when the scenario reads and writes through one */
 } io_pair;
 
 static void *io_writer(void *arg) {
   io_pair *p = arg;
   weft_sleep_ns(200000);
   int64_t d = weft_now_ns() + 10000 * REL_MS;
-  p->rc = weft_write(p->fd, "weft", 4, d);
+  p->rc = p->own.id_ ? weft_fd_write(p->own, "weft", 4, d) : weft_write(p->fd, "weft", 4, d);
   p->early = d - weft_now_ns();
   return NULL;
 }
@@ -259,19 +260,34 @@ static void *io_reader(void *arg) {
   io_pair *p = arg;
   char buf[8];
   int64_t d = weft_now_ns() + 10000 * REL_MS;
-  p->rc = weft_read(p->fd, buf, sizeof buf, d);
+  p->rc = p->own.id_ ? weft_fd_read(p->own, buf, sizeof buf, d) : weft_read(p->fd, buf, sizeof buf, d);
   p->early = d - weft_now_ns();
   if (p->rc > 0 && memcmp(buf, "weft", (size_t)p->rc) != 0) p->rc = -10000;
   return NULL;
 }
 
-static void sc_socket_io(result *r) {
+/* A message from a writer fiber to a reader fiber over a socket pair, raw or owned (weft_fd). */
+static void socket_io(result *r, bool owned) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     bad(r, "socketpair failed");
     return;
   }
-  io_pair rd = {sv[0], 0, 0}, wr = {sv[1], 0, 0};
+  io_pair rd = {sv[0], 0, 0, {0}}, wr = {sv[1], 0, 0, {0}};
+  if (owned) {
+    /* Making a handle can fail under a fault (-ENOMEM): an error, not a wrong result. */
+    int o1 = weft_fd_open(sv[0], &rd.own), o2 = o1 == 0 ? weft_fd_open(sv[1], &wr.own) : o1;
+    if (o1 || o2) {
+      if (o1 == 0) weft_fd_close(rd.own);
+      close(o1 == 0 ? sv[1] : sv[0]);
+      if (o1 != 0) close(sv[1]);
+      if ((o1 && o1 != -ENOMEM) || (o2 && o2 != -ENOMEM))
+        bad(r, "weft_fd_open returned %d, %d", o1, o2);
+      else
+        r->out = OUT_ERROR;
+      return;
+    }
+  }
   weft_future *fr = NULL, *fw = NULL;
   int s1 = weft_future_start(WEFT_BLOCKING, io_reader, &rd, &fr);
   int s2 = weft_future_start(WEFT_BLOCKING, io_writer, &wr, &fw);
@@ -283,8 +299,13 @@ static void sc_socket_io(result *r) {
   }
   weft_future_free(fr);
   weft_future_free(fw);
-  close(sv[0]);
-  close(sv[1]);
+  if (owned) {
+    weft_fd_close(rd.own);
+    weft_fd_close(wr.own);
+  } else {
+    close(sv[0]);
+    close(sv[1]);
+  }
   if ((s1 && s1 != -ENOMEM && s1 != -EAGAIN) || (s2 && s2 != -ENOMEM && s2 != -EAGAIN)) {
     bad(r, "weft_future_start returned %d, %d", s1, s2);
     return;
@@ -306,6 +327,9 @@ static void sc_socket_io(result *r) {
   }
   r->out = (s1 == 0 && s2 == 0 && rd.rc == 4 && wr.rc == 4) ? OUT_FULL : OUT_ERROR;
 }
+
+static void sc_socket_io(result *r) { socket_io(r, false); }
+static void sc_owned_io(result *r) { socket_io(r, true); }
 
 /* A regular file read and written on a fiber: io_uring, else the offload pool, else the carrier. */
 static void *file_fn(void *arg) {
@@ -399,7 +423,7 @@ typedef struct scenario {
   scenario_fn fn;
   uint32_t sites; /* the sites it can reach */
   bool cold;      /* from a stopped runtime (the start's failure paths); else started first */
-  bool no_uring;  /* with io_uring switched off: descriptor waits go through the carriers' epoll */
+  int uring;      /* WEFT_IO_URING for it: -1 the default, 0 off (epoll only), 2 the carriers wait in rings */
 } scenario;
 
 /* What each entry point can reach. */
@@ -408,20 +432,22 @@ typedef struct scenario {
    SITE(WEFT__F_PTHREAD_CREATE) | SITE(WEFT__F_EPOLL) | SITE(WEFT__F_EVENTFD) | SITE(WEFT__F_SIGALTSTACK))
 
 static const scenario scenarios[] = {
-    {"weft_pmap(BLOCKING), cold", sc_pmap_blocking, FIBER_SITES, true, false},
-    {"weft_pmap(BLOCKING), warm", sc_pmap_blocking, FIBER_SITES, false, false},
-    {"weft_pmap(BLOCKING, max_parallel)", sc_pmap_bounded, FIBER_SITES, true, false},
-    {"weft_pmap(CPU)", sc_pmap_cpu, FIBER_SITES, true, false},
-    {"weft_future_start(CPU)", sc_future_cpu, FIBER_SITES, true, false},
-    {"weft_future_start(BLOCKING)", sc_future_blocking, FIBER_SITES, true, false},
-    {"weft_pmap(CPU) on a fiber", sc_cpu_map_on_fiber, FIBER_SITES, true, false},
-    {"timed waits on a fiber", sc_timed_waits, FIBER_SITES, true, false},
-    {"socket I/O on fibers", sc_socket_io, FIBER_SITES | SITE(WEFT__F_URING), true, false},
-    {"socket I/O on fibers, epoll", sc_socket_io, FIBER_SITES, true, true},
-    {"regular-file I/O on a fiber", sc_file_io, FIBER_SITES | SITE(WEFT__F_URING), true, false},
-    {"weft_blocking on a fiber", sc_offload, FIBER_SITES, true, false},
-    {"weft_fibers_available", sc_fibers_start, FIBER_SITES, true, false},
-    {"channel, scope and local values", sc_alloc_calls, SITE(WEFT__F_MALLOC), false, false},
+    {"weft_pmap(BLOCKING), cold", sc_pmap_blocking, FIBER_SITES, true, -1},
+    {"weft_pmap(BLOCKING), warm", sc_pmap_blocking, FIBER_SITES, false, -1},
+    {"weft_pmap(BLOCKING, max_parallel)", sc_pmap_bounded, FIBER_SITES, true, -1},
+    {"weft_pmap(CPU)", sc_pmap_cpu, FIBER_SITES, true, -1},
+    {"weft_future_start(CPU)", sc_future_cpu, FIBER_SITES, true, -1},
+    {"weft_future_start(BLOCKING)", sc_future_blocking, FIBER_SITES, true, -1},
+    {"weft_pmap(CPU) on a fiber", sc_cpu_map_on_fiber, FIBER_SITES, true, -1},
+    {"timed waits on a fiber", sc_timed_waits, FIBER_SITES, true, -1},
+    {"socket I/O on fibers", sc_socket_io, FIBER_SITES | SITE(WEFT__F_URING), true, -1},
+    {"socket I/O on fibers, epoll", sc_socket_io, FIBER_SITES, true, 0},
+    {"owned-socket I/O on fibers", sc_owned_io, FIBER_SITES, true, -1},
+    {"owned-socket I/O on fibers, ring receives", sc_owned_io, FIBER_SITES | SITE(WEFT__F_URING), true, 2},
+    {"regular-file I/O on a fiber", sc_file_io, FIBER_SITES | SITE(WEFT__F_URING), true, -1},
+    {"weft_blocking on a fiber", sc_offload, FIBER_SITES, true, -1},
+    {"weft_fibers_available", sc_fibers_start, FIBER_SITES, true, -1},
+    {"channel, scope and local values", sc_alloc_calls, SITE(WEFT__F_MALLOC), false, -1},
 };
 #define NSCEN (sizeof scenarios / sizeof scenarios[0])
 
@@ -435,16 +461,16 @@ static bool check_clean(const char *ctx) {
 }
 
 /* Where each scenario starts: a stopped runtime, or a started one. */
-static void configure_uring(bool off) {
+static void configure_uring(int mode) {
   weft_config c;
   weft_config_init(&c);
-  if (off) c.io_uring = 0;
+  c.io_uring = mode;
   weft_configure(&c);
 }
 
 static void prepare(const scenario *sc) {
   weft_shutdown();
-  configure_uring(sc->no_uring);
+  configure_uring(sc->uring);
   if (!sc->cold) {
     weft_fibers_available();
     result warm = {OUT_FULL, ""};
@@ -475,7 +501,7 @@ static bool sweep(const scenario *sc, int site, unsigned long max_k) {
     }
     if (fired == 0) { /* the operation got through all its calls */
       bool clean = check_clean(ctx);
-      configure_uring(false);
+      configure_uring(-1);
       return clean;
     }
     /* The fault is over: the same operation must succeed in full. */
@@ -493,7 +519,7 @@ static bool sweep(const scenario *sc, int site, unsigned long max_k) {
     }
   }
   weft_shutdown();
-  configure_uring(false);
+  configure_uring(-1);
   fprintf(stderr, "\n  site %s, %s: still reaching the site after %lu calls\n", site_names[site], sc->name,
           max_k);
   CU_FAIL("a sweep did not end");
@@ -508,7 +534,7 @@ static void sweep_site(int site) {
     if (scenarios[i].sites & SITE(site)) {
       sweep(&scenarios[i], site, max_k); /* the next one even after a failure */
       weft_shutdown();
-      configure_uring(false);
+      configure_uring(-1);
     }
   printf("\n    %s: %lu faults injected", site_names[site], fired_per_site[site] - before);
 }

@@ -21,6 +21,7 @@
 #include <omp.h>
 #endif
 
+#include "api/pmap.h"
 #include "fiber/sched.h"
 #include "harness.h"
 #include "stress/reliability.h"
@@ -235,6 +236,17 @@ static void test_max_parallel(void) {
   if (weft_test_fibers_expected()) CU_ASSERT(atomic_load(&c.peak) > 32);
 }
 
+/* Run fn in a child under a time limit (rel_child); it passes by exiting 0, else its status and stderr are
+ * printed. */
+static void expect_child_ok(void (*fn)(void *), unsigned secs) {
+  if (!weft_test_can_fork()) return;
+  char err[2048];
+  int st = rel_child(fn, NULL, secs, err, sizeof err);
+  CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char why[64];
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) printf("\n  %s:\n%s\n", rel_status(st, why, sizeof why), err);
+}
+
 /*
  * A bounded blocking map whose slice was kept for a carrier that had gone to
  * sleep without taking its share (found by the stress suite, one run in a
@@ -290,12 +302,132 @@ static void bounded_map_child(void *arg) {
 
 static void test_bounded_map_sleeping_carrier(void) {
   if (!weft_test_fibers_expected()) return;
-  if (!weft_test_can_fork()) return;
-  char err[2048];
-  int st = rel_child(bounded_map_child, NULL, 20, err, sizeof err);
-  CU_ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-  char why[64];
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) printf("\n  %s:\n%s\n", rel_status(st, why, sizeof why), err);
+  expect_child_ok(bounded_map_child, 20);
+}
+
+/*
+ * A carrier with nothing to run sleeps, even while a map is open at its
+ * bound. The idle spin once took any open source for work: the map refused
+ * the carrier (at its bound), the spin ended at once, and the carrier looked
+ * again, round and round, without sleeping: both carriers burnt a core each
+ * while the map's one fiber slept (found by the MPI exchange test's CPU
+ * check under load). Each element counts the carriers' sleeps (the hook
+ * before each) across its own 100 ms sleep; with nothing else to run, both
+ * carriers must sleep in that time. In a child: the hook is process-wide.
+ */
+static atomic_uint idle_sleeps;
+
+static void count_sleep(unsigned carrier) {
+  (void)carrier;
+  atomic_fetch_add(&idle_sleeps, 1);
+}
+
+static int sleeps_seen[4];
+
+static int counting_sleep(void *ctx, size_t i) {
+  (void)ctx;
+  unsigned before = atomic_load(&idle_sleeps);
+  int rc = weft_sleep_ns(100 * 1000000LL);
+  sleeps_seen[i] = (int)(atomic_load(&idle_sleeps) - before);
+  return rc;
+}
+
+static void bound_idle_child(void *arg) {
+  (void)arg;
+  rel_stage = "the bounded map";
+  weft__test_before_sleep = count_sleep;
+  weft_config cfg;
+  weft_config_init(&cfg);
+  cfg.carriers = 2;
+  if (weft_configure(&cfg) != 0 || !weft_fibers_available()) _exit(3);
+  weft_pmap_opts o = blocking;
+  o.max_parallel = 1;
+  if (weft_pmap(4, counting_sleep, NULL, &o) != 0) _exit(2);
+  for (int i = 0; i < 4; i++)
+    if (sleeps_seen[i] < 1) {
+      fprintf(stderr, "element %d: no carrier slept during its 100 ms sleep (%d)\n", i, sleeps_seen[i]);
+      _exit(4);
+    }
+  weft_shutdown();
+}
+
+static void test_bound_map_idle_carriers_sleep(void) {
+  if (!weft_test_fibers_expected()) return;
+  expect_child_ok(bound_idle_child, 20);
+}
+
+/*
+ * A map finishes once, and only after its last fiber. The closed mark and
+ * the count of places were two words: a place went (count 0, map still open,
+ * indices kept for a carrier on its way), the arriving carrier took a place,
+ * ran the rest and closed the map, and the first leaver, reading the mark
+ * only then, finished the map too: the runtime's live count went below zero
+ * and weft_shutdown waited forever (bench_cli's spawn run, one run in a
+ * few). Here that interleaving is forced: carrier 1 is held before its
+ * sleep, so carrier 0's fiber runs its slice and leaves the other kept for
+ * carrier 1; the leaver is then held just after its step
+ * (weft__pmap_test_left_open) while carrier 1 is let go and finishes the
+ * map, and until the map has returned. With the mark read after the step
+ * (the old code, put back by hand), this fails every run. In a child with a
+ * time limit.
+ */
+static atomic_int left_open_seen, map_returned;
+
+static void hold_leaver(void) {
+  if (atomic_fetch_add(&left_open_seen, 1) != 0) return;
+  atomic_store(&hold_state, 2);                            /* carrier 1 comes for its slice ... */
+  while (weft__sources_open() != 0) weft_test_sleep_ms(1); /* ... runs it and closes the map */
+  for (int ms = 0; ms < 2000 && !atomic_load(&map_returned); ms++) weft_test_sleep_ms(1);
+}
+
+static int mark_el(void *ctx, size_t i) {
+  ((atomic_int *)ctx)[i]++;
+  return 0;
+}
+
+static void map_once_child(void *arg) {
+  (void)arg;
+  rel_stage = "a map whose last place goes while it is open";
+  weft__test_before_sleep = hold_carrier_1;
+  weft__pmap_test_left_open = hold_leaver;
+  weft_config cfg;
+  weft_config_init(&cfg);
+  cfg.carriers = 2;
+  if (weft_configure(&cfg) != 0 || !weft_fibers_available()) _exit(3);
+  while (atomic_load(&hold_state) != 1) weft_test_sleep_ms(1); /* carrier 1 idle, not attached */
+  static atomic_int ran[4];
+  if (weft_pmap(4, mark_el, ran, &blocking) != 0) _exit(2); /* slices {0, 1} and {2, 3} */
+  /*
+   * Let the held leaver go on, and watch the runtime's count without a call: the map's frame, below this
+   * one, stays as it was, so a leaver that still read the map would read the real gang, and finish it
+   * again (the count below zero).
+   */
+  atomic_store(&map_returned, 1);
+  for (long k = 0; k < 200000000L; k++)
+    if (atomic_load_explicit(&weft__rt_state.live, memory_order_relaxed) > (UINT64_MAX >> 1)) break;
+  for (int i = 0; i < 4; i++)
+    if (atomic_load(&ran[i]) != 1) {
+      fprintf(stderr, "element %d ran %d times\n", i, atomic_load(&ran[i]));
+      _exit(4);
+    }
+  if (atomic_load(&left_open_seen) == 0) {
+    fprintf(stderr, "no place went while the map was open: the interleaving was not forced\n");
+    _exit(6);
+  }
+  /* The map has returned: once its last fiber has gone, the runtime counts nothing live (below zero: the
+   * map finished twice, and weft_shutdown would wait for ever). */
+  uint64_t live = 0;
+  for (int ms = 0; ms < 5000 && (live = weft__fibers_live()) != 0; ms++) weft_test_sleep_ms(1);
+  if (live != 0) {
+    fprintf(stderr, "the runtime counts %llu live after the map returned\n", (unsigned long long)live);
+    _exit(5);
+  }
+  weft_shutdown();
+}
+
+static void test_map_finishes_once(void) {
+  if (!weft_test_fibers_expected()) return;
+  expect_child_ok(map_once_child, 20);
 }
 
 /* --- waits across kinds and contexts ---------------------------------------------------------- */
@@ -562,6 +694,8 @@ int main(int argc, char **argv) {
       {"blocking_errors", test_blocking_errors},
       {"max_parallel", test_max_parallel},
       {"bounded_map_sleeping_carrier", test_bounded_map_sleeping_carrier},
+      {"bound_map_idle_carriers_sleep", test_bound_map_idle_carriers_sleep},
+      {"map_finishes_once", test_map_finishes_once},
       {"fiber_runs_cpu_map", test_fiber_runs_cpu_map},
 #ifdef WEFT_HAVE_OPENMP
       {"omp_task_waits_on_fiber", test_omp_task_waits_on_fiber},

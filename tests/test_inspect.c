@@ -24,16 +24,22 @@
 
 static const weft_pmap_opts blocking = {WEFT_BLOCKING, 0, 0, 0};
 
-/* The dump as a string (malloc'd): written to a temporary file, read back. */
-static char *dump_text(unsigned flags) {
+/* The dump as a string (malloc'd): written to a temporary file, read back; weft_dump's result in *rc. */
+static char *dump_text_rc(unsigned flags, int *rc) {
   FILE *f = tmpfile();
   if (!f) return NULL;
-  int rc = weft_dump(fileno(f), flags);
-  CU_ASSERT_EQUAL(rc, 0);
+  *rc = weft_dump(fileno(f), flags);
   long n = lseek(fileno(f), 0, SEEK_END);
   char *s = calloc(1, n > 0 ? (size_t)n + 1 : 1);
   if (s && n > 0 && pread(fileno(f), s, (size_t)n, 0) != n) s[0] = '\0';
   fclose(f);
+  return s;
+}
+
+static char *dump_text(unsigned flags) {
+  int rc = -1;
+  char *s = dump_text_rc(flags, &rc);
+  CU_ASSERT_EQUAL(rc, 0);
   return s;
 }
 
@@ -494,9 +500,13 @@ static void test_stats_add_up(void) {
   CU_ASSERT(c.fibers_started >= b.fibers_started);
 }
 
+static weft_sem_t warm_sem;
+static atomic_bool warm_parked;
+
 static void *warm_fn(void *arg) {
   (void)arg;
-  return (void *)(intptr_t)weft_sleep_ns(50 * MS);
+  atomic_store(&warm_parked, true);
+  return (void *)(intptr_t)weft_sem_wait(&warm_sem, -1);
 }
 
 int main(int argc, char **argv) {
@@ -504,19 +514,30 @@ int main(int argc, char **argv) {
     snprintf(self_path, sizeof self_path, "%s", "/proc/self/exe");
   if (getenv("WEFT_INSPECT_CHILD") && argc > 1 && strcmp(argv[1], "signal_child") == 0)
     return signal_child_main();
-  /* libunwind keeps a pipe for the process's life once it has unwound (it checks addresses through it): a
+  /*
+   * libunwind keeps a pipe for the process's life once it has unwound (it checks addresses through it): a
    * first dump of a parked fiber's stack before the suite counts its descriptors, so that the pipe is not
-   * taken for a leak. */
-  weft_future *warm;
-  if (weft_future_start(WEFT_BLOCKING, warm_fn, NULL, &warm) == 0) {
-    weft_test_sleep_ms(10);
-    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (null >= 0) {
-      weft_dump(null, WEFT_DUMP_STACKS);
-      close(null);
+   * taken for a leak. The dump is repeated until it holds the fiber's backtrace: a fixed wait was too
+   * short under Valgrind (the fiber had not parked yet, nothing was unwound, and dump_stacks then saw
+   * the pipe appear).
+   */
+  if (weft_test_fibers_expected() && weft_sem_init(&warm_sem, 0) == 0) {
+    weft_future *warm;
+    if (weft_future_start(WEFT_BLOCKING, warm_fn, NULL, &warm) == 0) {
+      while (!atomic_load(&warm_parked)) weft_test_sleep_ms(1);
+      for (int tries = 0; tries < 500; tries++) {
+        int rc = -1;
+        char *d = dump_text_rc(WEFT_DUMP_STACKS, &rc);
+        bool unwound = rc != 0 || (d && (strstr(d, "weft_sem_wait") || strstr(d, "weft: no stacks:")));
+        free(d);
+        if (unwound) break;
+        weft_test_sleep_ms(10);
+      }
+      weft_sem_post(&warm_sem);
+      weft_future_get(warm, -1, NULL);
+      weft_future_free(warm);
     }
-    weft_future_get(warm, -1, NULL);
-    weft_future_free(warm);
+    weft_sem_destroy(&warm_sem);
   }
   weft_shutdown();
   static const weft_test tests[] = {

@@ -4,8 +4,10 @@
  * threads wait (every waiter gets -EBADF, the descriptor is closed after);
  * handles and descriptor numbers reused after close; one waiter per
  * direction; cancellation; TCP accept and connect; 5,000 connections on one
- * carrier; faults injected in the calls that make an owned descriptor and in
- * its registration.
+ * carrier; a fiber's socket reads as io_uring receives where the carriers
+ * wait in their rings, and a read wait after a registration for writing
+ * only; faults injected in the calls that make an owned
+ * descriptor, in its registration and in the ring's receive.
  */
 #include "base/sys.h"
 #include "harness.h"
@@ -522,6 +524,119 @@ static void *tcp_short_reads(void *arg) {
 
 static void test_tcp_short_reads(void) { both_ways(tcp_short_reads, NULL); }
 
+/* --- reads as ring receives ------------------------------------------------------------------------ */
+
+/*
+ * With WEFT_IO_URING=2 (ownfd_uring) and a kernel that takes it
+ * (weft_get_info says so), a fiber's read of an owned socket is a receive on
+ * its carrier's ring (weft_get_stats' uring_recvs counts it) with the
+ * results of read(2): data that comes later, several vectors, a deadline,
+ * the end of the stream; a pipe is read the ordinary way. Otherwise
+ * (ownfd, ownfd_epoll) nothing is counted.
+ */
+static void *ring_reads(void *arg) {
+  bool ring = *(bool *)arg;
+  weft_fd p[2];
+  CHECK(1, owned_pair(p) == 0);
+  weft_stats a, b;
+  CHECK(2, weft_get_stats(&a) == 0);
+  char buf[16] = {0};
+  /* Nothing there yet: the receive waits in the kernel, and a writer on a thread ends it. */
+  CHECK(3, weft_fd_read(p[1], buf, sizeof buf, in_ms(20)) == -ETIMEDOUT);
+  CHECK(4, weft_fd_write(p[0], "abcdefgh", 8, -1) == 8);
+  char x[3] = {0}, y[8] = {0};
+  struct iovec v[2] = {{x, sizeof x}, {y, sizeof y}};
+  CHECK(5, weft_fd_readv(p[1], v, 2, in_ms(1000)) == 8);
+  CHECK(6, memcmp(x, "abc", 3) == 0 && memcmp(y, "defgh", 5) == 0);
+  CHECK(7, weft_fd_write(p[0], "z", 1, -1) == 1);
+  CHECK(8, weft_fd_read(p[1], buf, sizeof buf, -1) == 1 && buf[0] == 'z');
+  CHECK(9, weft_fd_close(p[0]) == 0);
+  CHECK(10, weft_fd_read(p[1], buf, sizeof buf, in_ms(1000)) == 0); /* end of stream */
+  CHECK(11, weft_get_stats(&b) == 0);
+  uint64_t recvs = b.uring_recvs - a.uring_recvs;
+  if (ring) CHECK(12, recvs >= 4);
+  if (!ring) CHECK(13, recvs == 0);
+  /* A pipe is not a socket: read(2), whatever the carrier waits in. */
+  int pp[2];
+  CHECK(14, pipe(pp) == 0);
+  weft_fd r;
+  CHECK(15, weft_fd_open(pp[0], &r) == 0);
+  CHECK(16, write(pp[1], "q", 1) == 1);
+  CHECK(17, weft_get_stats(&a) == 0);
+  CHECK(18, weft_fd_read(r, buf, sizeof buf, in_ms(1000)) == 1 && buf[0] == 'q');
+  CHECK(19, weft_get_stats(&b) == 0 && b.uring_recvs == a.uring_recvs);
+  weft_fd_close(r);
+  close(pp[1]);
+  weft_fd_close(p[1]);
+  return NULL;
+}
+
+/* A thread that writes one byte to fd after 50 ms. */
+static void *late_byte(void *arg) {
+  weft_test_sleep_ms(50);
+  ssize_t w = write(*(int *)arg, "r", 1);
+  return (void *)(intptr_t)(w == 1 ? 0 : 1);
+}
+
+/*
+ * A wait for reading after the descriptor was registered for writing only
+ * (with WEFT_IO_URING=2 a socket is, until a read wait asks for more): the
+ * registration gains the read side, and data that comes later wakes it.
+ * Passes the same way in every mode.
+ */
+static void *read_wait_after_write_wait(void *arg) {
+  (void)arg;
+  weft_fd p[2];
+  CHECK(1, owned_pair(p) == 0);
+  /* A write that fills the buffer and times out: the first wait, for writing. */
+  size_t big = 8u << 20;
+  char *junk = calloc(1, big);
+  CHECK(2, junk != NULL);
+  ssize_t w = weft_fd_write(p[0], junk, big, in_ms(50));
+  free(junk);
+  CHECK(3, w > 0 && (size_t)w < big);
+  /* A thread writes a byte to p[0] while the fiber waits to read it: the read side must be watched now. */
+  int peer = weft_fd_native(p[1]);
+  pthread_t t;
+  CHECK(4, pthread_create(&t, NULL, late_byte, &peer) == 0);
+  int rv = weft_fd_poll(p[0], POLLIN, in_ms(5000));
+  void *tr;
+  pthread_join(t, &tr);
+  CHECK(5, tr == NULL);
+  CHECK(6, rv > 0 && (rv & POLLIN));
+  char b;
+  CHECK(7, weft_fd_read(p[0], &b, 1, in_ms(1000)) == 1 && b == 'r');
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+  return NULL;
+}
+
+static void test_read_wait_after_write_wait(void) {
+  CU_ASSERT_EQUAL(on_fiber(read_wait_after_write_wait, NULL), 0);
+}
+
+static void *nothing(void *arg) { return arg; }
+
+static void test_ring_reads(void) {
+  if (!weft_test_fibers_expected()) return;
+  /* A carrier sets up its ring before it runs its first fiber. */
+  CU_ASSERT_EQUAL(on_fiber(nothing, NULL), 0);
+  weft_info info;
+  CU_ASSERT_EQUAL_FATAL(weft_get_info(&info), 0);
+  const char *env = getenv("WEFT_IO_URING");
+  bool off = env && strcmp(env, "0") == 0, all = env && strcmp(env, "2") == 0;
+  if (off) CU_ASSERT_FALSE(info.io_uring);
+  bool ring = info.io_uring && all;
+  CU_ASSERT_EQUAL(on_fiber(ring_reads, &ring), 0);
+  /* On a thread: poll(2) and read(2), never the ring. */
+  bool none = false;
+  CU_ASSERT_EQUAL((intptr_t)ring_reads(&none), 0);
+  weft_stats st;
+  CU_ASSERT_EQUAL(weft_get_stats(&st), 0);
+  if (ring) CU_ASSERT(st.uring_waits > 0); /* the carriers slept in their rings */
+  if (off) CU_ASSERT_EQUAL(st.uring_waits, 0);
+}
+
 /* --- many connections on one carrier ------------------------------------------------------------------- */
 
 typedef struct conn {
@@ -639,13 +754,18 @@ static void test_across_restart(void) {
 
 static void *fault_wait(void *arg) {
   weft_fd fd = *(weft_fd *)arg;
-  char b[4];
   /* The registration (epoll_ctl) fails once: the error comes back, and the next wait registers. */
   weft__fault_arm(FBIT(WEFT__F_EPOLL), 0, false);
-  ssize_t r = weft_fd_read(fd, b, sizeof b, in_ms(50));
+  int r = weft_fd_poll(fd, POLLIN, in_ms(50));
   unsigned long fired = weft__fault_disarm();
   if (fired && r != -ENOMEM) return (void *)1;
-  if (weft_fd_read(fd, b, sizeof b, in_ms(20)) != -ETIMEDOUT) return (void *)2;
+  if (weft_fd_poll(fd, POLLIN, in_ms(20)) != -ETIMEDOUT) return (void *)2;
+  /* A read that cannot be a ring request reads the ordinary way, with the same results. */
+  char b[4];
+  weft__fault_arm(FBIT(WEFT__F_URING), 0, false);
+  ssize_t n = weft_fd_read(fd, b, sizeof b, in_ms(20));
+  weft__fault_disarm();
+  if (n != -ETIMEDOUT) return (void *)3;
   return NULL;
 }
 
@@ -676,7 +796,21 @@ static void test_faults(void) {
   weft_fd_close(got);
   close(c);
   weft_fd_close(l);
-  /* The registration, on a fiber. */
+  /*
+   * The registration, on a fiber. With WEFT_IO_URING=2 every carrier first
+   * moves its wake-up eventfd out of epoll (an epoll_ctl) as it starts: wait
+   * until all have slept in their rings, so that the armed fault meets the
+   * registration and not a carrier still starting.
+   */
+  CU_ASSERT_EQUAL(on_fiber(nothing, NULL), 0);
+  const char *env = getenv("WEFT_IO_URING");
+  weft_info info;
+  if (env && strcmp(env, "2") == 0 && weft_get_info(&info) == 0 && info.io_uring) {
+    int64_t give_up = in_ms(5000);
+    weft_stats st;
+    while (weft_get_stats(&st) == 0 && st.uring_waits < info.carriers && weft_now_ns() < give_up)
+      weft_test_sleep_ms(5);
+  }
   CU_ASSERT_EQUAL_FATAL(weft_fd_open(sv[0], &f), 0);
   CU_ASSERT_EQUAL(on_fiber(fault_wait, &f), 0);
   weft_fd_close(f);
@@ -696,6 +830,8 @@ int main(int argc, char **argv) {
       {"bad_input", test_bad_input},
       {"tcp", test_tcp},
       {"tcp_short_reads", test_tcp_short_reads},
+      {"ring_reads", test_ring_reads},
+      {"read_wait_after_write_wait", test_read_wait_after_write_wait},
       {"many_on_one_carrier", test_many_on_one_carrier},
       {"across_restart", test_across_restart},
 #ifdef WEFT_TESTING

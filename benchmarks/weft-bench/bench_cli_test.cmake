@@ -432,11 +432,36 @@ else()
     expect_value("${rec}" size 64)
     expect_value("${rec}" failed_connections 0)
     expect_value("${rec}" messages_failed 0)
+    expect_value("${rec}" listeners 1)
     expect_key("${rec}" mb_per_s NUMBER)
     expect_key("${rec}" cpu_us_per_message NUMBER)
   endforeach()
   list(GET l 1 rec)
   expect_value("${rec}" backend threads)
+endif()
+
+# More connections than one accept queue holds (net.core.somaxconn): a second
+# listener on the same port (SO_REUSEPORT), and every connection served.
+# Where the descriptor limit or the cap makes that too big, say so; skipped
+# under WEFT_FIBERS=0, where the weft backend's connections share a bounded
+# pool of threads and thousands of them cannot all be live at once.
+file(READ /proc/sys/net/core/somaxconn somax)
+string(STRIP "${somax}" somax)
+execute_process(COMMAND sh -c "ulimit -Hn" OUTPUT_VARIABLE hardn OUTPUT_STRIP_TRAILING_WHITESPACE)
+math(EXPR many "${somax} + 1")
+math(EXPR need "2 * ${many} + 256")
+if("$ENV{WEFT_FIBERS}" STREQUAL "0")
+  message(STATUS "echo with two listeners: skipped (WEFT_FIBERS=0)")
+elseif(somax GREATER 8192 OR (NOT hardn STREQUAL "unlimited" AND hardn LESS need))
+  message(STATUS "echo with two listeners: skipped (somaxconn ${somax}, descriptor limit ${hardn})")
+else()
+  run(0 out echo --backend weft --connections ${many} --messages 2 --json)
+  lines("${out}" l)
+  list(GET l 0 rec)
+  expect_value("${rec}" listeners 2)
+  expect_value("${rec}" failed_connections 0)
+  expect_value("${rec}" messages_failed 0)
+  expect_value("${rec}" server_errors 0)
 endif()
 
 # --- the go backend of echo and http: measured, or skipped with a message ---------

@@ -59,6 +59,8 @@ static const char echo_help[] =
     "  --messages M     round trips per connection (default 100)\n"
     "  --size B         bytes per message (default 64)\n"
     "  --backend B      weft     a fiber per connection on both sides (weft I/O)\n"
+    "                   weft-uring  the same with WEFT_IO_URING=2: the carriers\n"
+    "                            wait in io_uring, socket reads are ring receives\n"
     "                   threads  a thread per connection on both sides (blocking\n"
     "                            sockets, threads with weft's fiber stack size)\n"
     "                   go       a goroutine per connection on both sides (the Go\n"
@@ -78,7 +80,7 @@ static const char echo_help[] =
     "baselines (default: this build's). Exit codes: 0 ok (also when go is\n"
     "skipped), 1 a connection or the server failed, 2 usage.\n";
 
-enum { B_WEFT, B_THREADS, B_GO, NBACKENDS };
+enum { B_WEFT, B_THREADS, B_GO, B_WEFT_URING, NBACKENDS };
 
 /* ------------------------------------------------------------------------ */
 /* Server and client                                                         */
@@ -235,8 +237,9 @@ typedef struct run_result {
   size_t msgs_ok, failed_conns;
   unsigned retries;
   wb_latency lat;
+  double p99_first, p99_rest; /* the p99 of each connection's first round trip, and of the others */
   wb_server_stats srv;
-  int backlog;
+  int backlog, listeners;
   char first_error[256];
 } run_result;
 
@@ -246,10 +249,35 @@ typedef struct echo_setup {
   size_t stack;
 } echo_setup;
 
+/*
+ * The p99 of each connection's first round trip and of all the others,
+ * before lat is summed up (the summary sorts it). A tail made of first
+ * messages says connections were served late (accepted, or first read,
+ * after the burst of connects); one in the rest says round trips were slow.
+ */
+static void latency_split(const float *lat, size_t connections, size_t messages, run_result *res) {
+  res->p99_first = res->p99_rest = NAN;
+  float *first = malloc(connections * sizeof *first);
+  float *rest = messages > 1 ? malloc(connections * (messages - 1) * sizeof *rest) : NULL;
+  if (first) {
+    for (size_t c = 0; c < connections; c++) first[c] = lat[c * messages];
+    res->p99_first = wb_latency_summary(first, connections).p99;
+  }
+  if (rest) {
+    for (size_t c = 0; c < connections; c++)
+      memcpy(rest + c * (messages - 1), lat + c * messages + 1, (messages - 1) * sizeof *rest);
+    res->p99_rest = wb_latency_summary(rest, connections * (messages - 1)).p99;
+  }
+  free(first);
+  free(rest);
+}
+
 /* One measurement: a fresh server of the backend's kind, the clients (timed), the server's stop. */
 static void measure(const echo_setup *es, int b, size_t connections, float *lat, run_result *res) {
   memset(res, 0, sizeof *res);
-  wb_io io = b == B_WEFT ? WB_IO_WEFT : WB_IO_PLAIN;
+  bool weft = b == B_WEFT || b == B_WEFT_URING;
+  if (weft) wb_weft_io_uring(b == B_WEFT_URING ? 2 : -1);
+  wb_io io = weft ? WB_IO_WEFT : WB_IO_PLAIN;
   echo_srv sctx = {es->timeout_ns};
   wb_server *srv;
   char err[256];
@@ -261,6 +289,7 @@ static void measure(const echo_setup *es, int b, size_t connections, float *lat,
     return;
   }
   res->backlog = wb_server_backlog(srv);
+  res->listeners = wb_server_listeners(srv);
   echo_run e;
   memset(&e, 0, sizeof e);
   e.io = io;
@@ -277,7 +306,7 @@ static void measure(const echo_setup *es, int b, size_t connections, float *lat,
   for (size_t i = 0; i < nsamples; i++) lat[i] = NAN;
   wb_usage u0 = wb_usage_now();
   int64_t t0 = wb_now_ns();
-  if (b == B_WEFT)
+  if (weft)
     run_weft(&e, connections);
   else
     run_threads(&e, connections);
@@ -289,6 +318,7 @@ static void measure(const echo_setup *es, int b, size_t connections, float *lat,
   res->retries = atomic_load(&e.retries);
   snprintf(res->first_error, sizeof res->first_error, "%s",
            res->failed_conns ? wb_errors_first(&e.errors) : res->srv.first_error);
+  latency_split(lat, connections, es->messages, res);
   res->lat = wb_latency_summary(lat, nsamples);
 }
 
@@ -310,10 +340,11 @@ static const wb_choice echo_backends[] = {
     {"weft", "fiber per connection (weft I/O)", NULL, B_WEFT},
     {"threads", "thread per connection (blocking sockets)", NULL, B_THREADS},
     {"go", "goroutine per connection (Go)", NULL, B_GO},
+    {"weft-uring", "fiber per connection (weft I/O, WEFT_IO_URING=2)", NULL, B_WEFT_URING},
 };
 
 /* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
-enum { M_MPS, M_MBPS, M_P50, M_P90, M_P99, M_PMAX, M_CPU_US, M_CORES, NMETRICS };
+enum { M_MPS, M_MBPS, M_P50, M_P90, M_P99, M_PMAX, M_CPU_US, M_CORES, M_P99_FIRST, M_P99_REST, NMETRICS };
 static const wb_metric echo_metrics[NMETRICS] = {
     {"msgs_per_s", WB_METRIC_MINMAX | WB_METRIC_SAMPLES, 1e-3},
     {"mb_per_s", 0, 1e-3},
@@ -323,13 +354,15 @@ static const wb_metric echo_metrics[NMETRICS] = {
     {"latency_ms_max", WB_METRIC_MAX, 1e-3},
     {"cpu_us_per_message", 0, 1e-3},
     {"cpu_cores_used", 0, 1e-2},
+    {"latency_ms_p99_first", 0, 1e-3},
+    {"latency_ms_p99_rest", 0, 1e-3},
 };
 
 /* What a backend adds up over its repetitions besides the samples. */
 typedef struct echo_totals {
   size_t failed_conns, msgs_failed, server_errors, warmup_errors;
   unsigned retries;
-  int backlog;
+  int backlog, listeners;
   /* go: what its records say about the program (the last one's), and its largest peak RSS */
   char go_version[64];
   int64_t gomaxprocs;
@@ -460,10 +493,13 @@ static int measure_go(const echo_setup *es, size_t connections, size_t warm_conn
   res->srv.errors = count_of(rec, "server_errors");
   res->retries = (unsigned)count_of(rec, "connect_retries");
   res->backlog = (int)num_or_nan(rec, "listen_backlog");
+  res->listeners = (int)count_of(rec, "listeners");
   res->lat.p50 = num_or_nan(rec, "latency_ms_p50");
   res->lat.p90 = num_or_nan(rec, "latency_ms_p90");
   res->lat.p99 = num_or_nan(rec, "latency_ms_p99");
   res->lat.max = num_or_nan(rec, "latency_ms_max");
+  res->p99_first = num_or_nan(rec, "latency_ms_p99_first");
+  res->p99_rest = num_or_nan(rec, "latency_ms_p99_rest");
   const char *first = wb_json_get_str(rec, "error");
   if (!first && strcmp(status, "ok") != 0) first = "weft-go-echo reported a failure";
   snprintf(res->first_error, sizeof res->first_error, "%s", first ? first : "");
@@ -531,11 +567,14 @@ static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   s->m[M_PMAX] = res.lat.max;
   s->m[M_CPU_US] = res.msgs_ok ? res.cpu_ms * 1000.0 / (double)res.msgs_ok : NAN;
   s->m[M_CORES] = res.elapsed_ms > 0 ? res.cpu_ms / res.elapsed_ms : NAN;
+  s->m[M_P99_FIRST] = res.p99_first;
+  s->m[M_P99_REST] = res.p99_rest;
   t->failed_conns += res.failed_conns;
   t->msgs_failed += conns * es.messages - res.msgs_ok;
   t->server_errors += res.srv.errors;
   t->retries += res.retries;
   t->backlog = res.backlog;
+  t->listeners = res.listeners;
   return 0;
 }
 
@@ -554,12 +593,19 @@ static int echo_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0) rc = wb_json_set_int(rec, "warmup_errors", (int64_t)t->warmup_errors);
   if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
   if (rc == 0) rc = wb_json_set_int(rec, "listen_backlog", t->backlog);
+  if (rc == 0) rc = wb_json_set_int(rec, "listeners", t->listeners);
   if (rc == 0 && r->id == B_THREADS) rc = wb_json_set_int(rec, "thread_stack", (int64_t)c->es.stack);
   if (rc == 0 && r->id == B_GO && t->go_version[0]) {
     /* The Go program's own process: its peak RSS (the largest over the repetitions) and runtime. */
     rc = wb_json_set_num(rec, "peak_rss_kb", t->peak_rss_kb);
     if (rc == 0) rc = wb_json_set_str(rec, "go_version", t->go_version);
     if (rc == 0) rc = wb_json_set_int(rec, "gomaxprocs", t->gomaxprocs);
+  }
+  if (rc == 0 && (r->id == B_WEFT || r->id == B_WEFT_URING)) {
+    /* Whether the carriers waited in io_uring (the kernel may refuse it: then weft-uring is epoll too). */
+    weft_info info;
+    bool ring = r->id == B_WEFT_URING && weft_get_info(&info) == 0 && info.io_uring;
+    rc = wb_json_set_bool(rec, "io_uring", ring);
   }
   if (rc == 0 && r->id == B_WEFT) {
     const wb_run *thr = wb_find_run(d, "threads"), *go = wb_find_run(d, "go");
@@ -576,28 +622,38 @@ static void echo_report(wb_driver *d) {
   echo_cmd *c = d->ctx;
   printf("echo: %lld connections at once, each echoing %lld messages of %lld bytes over loopback; %u cores\n",
          (long long)c->connections, (long long)c->messages, (long long)c->size, wb_cores());
-  printf("%-8s %12s %12s %12s %9s %9s %9s %9s %9s %10s %5s %7s\n", "backend", "messages/s", "min", "max",
+  printf("%-10s %12s %12s %12s %9s %9s %9s %9s %9s %10s %5s %7s\n", "backend", "messages/s", "min", "max",
          "MB/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/msg", "cores", "errors");
   for (size_t j = 0; j < d->nruns; j++) {
     const wb_run *r = &d->runs[j];
     const echo_totals *t = r->state;
     if (r->skipped) {
-      printf("%-8s skipped: %s\n", r->name, r->error);
+      printf("%-10s skipped: %s\n", r->name, r->error);
       continue;
     }
     if (r->n == 0) {
-      printf("%-8s  no repetition ran: %s\n", r->name, r->error);
+      printf("%-10s  no repetition ran: %s\n", r->name, r->error);
       continue;
     }
     wb_summary s = wb_run_metric(r, M_MPS);
-    printf("%-8s %12.0f %12.0f %12.0f %9.2f", r->name, s.median, s.min, s.max,
+    printf("%-10s %12.0f %12.0f %12.0f %9.2f", r->name, s.median, s.min, s.max,
            wb_run_metric(r, M_MBPS).median);
     wb_print_net_cells(r, M_P50);
     printf(" %7zu\n", t->failed_conns + t->server_errors);
   }
+  printf("  p99 ms of each connection's first round trip / of the others:");
+  for (size_t j = 0; j < d->nruns; j++) {
+    const wb_run *r = &d->runs[j];
+    if (!r->skipped && r->n)
+      printf(" %s %.1f / %.1f;", r->name, wb_run_metric(r, M_P99_FIRST).median,
+             wb_run_metric(r, M_P99_REST).median);
+  }
+  printf("\n");
   const wb_run *w = wb_find_run(d, "weft"), *thr = wb_find_run(d, "threads"), *go = wb_find_run(d, "go");
   if (w && thr) wb_print_ratio("weft/threads", w->m[M_MPS], w->n, thr->m[M_MPS], thr->n);
   if (w && go) wb_print_ratio("weft/go", w->m[M_MPS], w->n, go->m[M_MPS], go->n);
+  const wb_run *wu = wb_find_run(d, "weft-uring");
+  if (w && wu) wb_print_ratio("weft-uring/weft", wu->m[M_MPS], wu->n, w->m[M_MPS], w->n);
   for (size_t j = 0; j < d->nruns; j++) {
     const echo_totals *t = d->runs[j].state;
     if (t->failed_conns || t->server_errors || t->warmup_errors)
@@ -651,6 +707,7 @@ int wb_cmd_echo(int argc, char **argv) {
    */
   wb_command cmd = echo_command;
   char path[4096], why[256];
+  cmd.pick_default = "weft,threads,go";
   if (wb_go_find("weft-go-echo", path, sizeof path, why, sizeof why) < 0) cmd.pick_default = "weft,threads";
   return wb_drive(&cmd, &c, argc, argv);
 }

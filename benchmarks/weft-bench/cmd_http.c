@@ -77,7 +77,11 @@ static const char http_help[] =
     "                            weft-go-httpget, a process per repetition, against\n"
     "                            the same server; skipped with a message when this\n"
     "                            build has no Go)\n"
+    "                   weft-uring  as weft, with the runtime started with\n"
+    "                            WEFT_IO_URING=2 (carriers wait in io_uring, socket\n"
+    "                            reads are ring receives); with --url only\n"
     "                   a comma-separated list; default: all that this build has\n"
+    "                   but weft-uring\n"
     "  --timeout-ms T   limit of one request, connect included (default 10000)\n"
     "  --repeat K       K repetitions, backends interleaved; medians and spread\n"
     "  --json           one JSON object per backend (JSON Lines) on stdout\n"
@@ -92,7 +96,7 @@ static const char http_help[] =
     "skipped), 1 a request or the server failed, 2 usage, 3 a backend this build\n"
     "lacks.\n";
 
-enum { B_WEFT, B_OMP, B_THREADS, B_GO, NBACKENDS };
+enum { B_WEFT, B_OMP, B_THREADS, B_GO, B_WEFT_URING, NBACKENDS };
 
 /* ------------------------------------------------------------------------ */
 /* One measured run of one backend                                           */
@@ -233,15 +237,18 @@ typedef struct http_setup {
   size_t expect_len; /* SIZE_MAX with --url */
   int64_t timeout_ns;
   size_t stack;
+  bool external; /* --url: no loopback server on weft's runtime, which may then be restarted */
 } http_setup;
 
 /* Run `requests` GETs on backend b; lat must hold `requests` floats. */
 static void measure(const http_setup *hs, int b, size_t requests, size_t concurrency, float *lat,
                     run_result *res) {
   memset(res, 0, sizeof *res);
+  bool weft = b == B_WEFT || b == B_WEFT_URING;
+  if (weft && hs->external) wb_weft_io_uring(b == B_WEFT_URING ? 2 : -1);
   wb_http_client cl;
   memset(&cl, 0, sizeof cl);
-  cl.io = b == B_WEFT ? WB_IO_WEFT : WB_IO_PLAIN;
+  cl.io = weft ? WB_IO_WEFT : WB_IO_PLAIN;
   cl.addr = hs->addr;
   cl.url = &hs->url;
   cl.keepalive = hs->keepalive;
@@ -263,7 +270,7 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
   for (size_t i = 0; i < requests; i++) lat[i] = NAN;
   wb_usage u0 = wb_usage_now();
   int64_t t0 = wb_now_ns();
-  if (b == B_WEFT) run_weft(&ctx, requests, concurrency);
+  if (weft) run_weft(&ctx, requests, concurrency);
 #ifdef _OPENMP
   else if (b == B_OMP)
     run_omp(&ctx, requests);
@@ -302,6 +309,7 @@ static const wb_choice http_backends[] = {
     {"omp", "OpenMP parallel for (blocking sockets)", WB_NEEDS_OPENMP, B_OMP},
     {"threads", "thread per request (blocking sockets)", NULL, B_THREADS},
     {"go", "Go net/http client (goroutines)", NULL, B_GO},
+    {"weft-uring", "weft pmap BLOCKING (fibers), WEFT_IO_URING=2", NULL, B_WEFT_URING},
 };
 
 /* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
@@ -385,6 +393,9 @@ static int http_prepare(wb_driver *d) {
     c->totals[ch->id].in_flight = (size_t)c->concurrency;
     c->totals[ch->id].peak_rss_kb = NAN;
     if (ch->id == B_GO) r->family = "go";
+    if (ch->id == B_WEFT_URING && !c->url_arg)
+      wb_skip(d, r,
+              "needs --url (the runtime restarts with WEFT_IO_URING=2; the loopback server runs on it)");
 #ifdef _OPENMP
     if (ch->id == B_OMP) c->totals[ch->id].in_flight = (size_t)omp_get_max_threads();
 #endif
@@ -416,6 +427,7 @@ static int http_start(wb_driver *d) {
   c->hs.timeout_ns = c->timeout_ms * 1000000;
   c->hs.stack = wb_net_thread_stack();
   c->hs.expect_len = SIZE_MAX;
+  c->hs.external = c->url_arg != NULL;
   if (!(c->lat = malloc((size_t)c->requests * sizeof *c->lat))) {
     fprintf(stderr, "weft-bench http: out of memory for %lld latencies\n", (long long)c->requests);
     return WB_EXIT_FAIL;
@@ -660,21 +672,21 @@ static void http_report(wb_driver *d) {
          c->url_arg ? "external server" : "weft-bench's loopback server, a fiber per connection",
          (long long)c->concurrency, c->keepalive ? "connections kept alive" : "a new connection per request",
          wb_cores());
-  printf("%-8s %9s %12s %12s %12s %9s %9s %9s %9s %10s %5s %8s\n", "backend", "in flight", "requests/s",
+  printf("%-10s %9s %12s %12s %12s %9s %9s %9s %9s %10s %5s %8s\n", "backend", "in flight", "requests/s",
          "min", "max", "p50 ms", "p90 ms", "p99 ms", "max ms", "CPU us/req", "cores", "errors");
   for (size_t j = 0; j < d->nruns; j++) {
     const wb_run *r = &d->runs[j];
     const http_totals *t = r->state;
     if (r->skipped) {
-      printf("%-8s skipped: %s\n", r->name, r->error);
+      printf("%-10s skipped: %s\n", r->name, r->error);
       continue;
     }
     if (r->n == 0) {
-      printf("%-8s  no repetition ran: %s\n", r->name, r->error);
+      printf("%-10s  no repetition ran: %s\n", r->name, r->error);
       continue;
     }
     wb_summary s = wb_run_metric(r, M_RPS);
-    printf("%-8s %9zu %12.0f %12.0f %12.0f", r->name, t->in_flight, s.median, s.min, s.max);
+    printf("%-10s %9zu %12.0f %12.0f %12.0f", r->name, t->in_flight, s.median, s.min, s.max);
     wb_print_net_cells(r, M_P50);
     printf(" %8zu\n", t->errors);
   }
@@ -683,6 +695,8 @@ static void http_report(wb_driver *d) {
   if (w && omp) wb_print_ratio("weft/omp", w->m[M_RPS], w->n, omp->m[M_RPS], omp->n);
   if (w && thr) wb_print_ratio("weft/threads", w->m[M_RPS], w->n, thr->m[M_RPS], thr->n);
   if (w && go) wb_print_ratio("weft/go", w->m[M_RPS], w->n, go->m[M_RPS], go->n);
+  const wb_run *wu = wb_find_run(d, "weft-uring");
+  if (w && wu && !wu->skipped) wb_print_ratio("weft-uring/weft", wu->m[M_RPS], wu->n, w->m[M_RPS], w->n);
   for (size_t j = 0; j < d->nruns; j++) {
     const http_totals *t = d->runs[j].state;
     if (t->errors || t->warmup_errors)
@@ -744,13 +758,13 @@ int wb_cmd_http(int argc, char **argv) {
    */
   wb_command cmd = http_command;
   char path[4096], why[256], list[64] = "";
-  if (wb_go_find("weft-go-httpget", path, sizeof path, why, sizeof why) < 0) {
-    /* Every backend this build has (omp needs OpenMP), go left out. */
-    size_t n = 0;
-    for (size_t i = 0; i < cmd.nchoices; i++)
-      if (!http_backends[i].unavailable && http_backends[i].id != B_GO && n < sizeof list)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? "," : "", http_backends[i].name);
-    cmd.pick_default = list;
-  }
+  /* Every backend this build has (omp needs OpenMP) but weft-uring, go left out without its program. */
+  bool go = wb_go_find("weft-go-httpget", path, sizeof path, why, sizeof why) == 0;
+  size_t n = 0;
+  for (size_t i = 0; i < cmd.nchoices; i++)
+    if (!http_backends[i].unavailable && http_backends[i].id != B_WEFT_URING &&
+        (go || http_backends[i].id != B_GO) && n < sizeof list)
+      n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? "," : "", http_backends[i].name);
+  cmd.pick_default = list;
   return wb_drive(&cmd, &c, argc, argv);
 }

@@ -24,7 +24,13 @@ typedef struct wb_server wb_server;
  * Start a server on a fresh 127.0.0.1 port (port 0: the kernel picks one,
  * so TIME_WAIT connections to an earlier server's port never collide with
  * this one's). The listen backlog asked for is the larger of SOMAXCONN and
- * backlog_hint; the kernel caps it at net.core.somaxconn.
+ * backlog_hint; the kernel caps it at net.core.somaxconn. When backlog_hint
+ * is more than that cap, the server opens enough listeners on the one port
+ * (SO_REUSEPORT, at most 8) that their accept queues together hold
+ * backlog_hint connects, each with its own acceptor: a burst of connects
+ * that overflows one queue loses handshakes, whose clients then wait about
+ * a second for the retransmission (docs/benchmarks.md). Every backend, the
+ * Go baseline's included, listens the same way.
  *
  *   WB_IO_WEFT   an acceptor fiber (a WEFT_BLOCKING future) that starts a
  *                fiber (future) per connection;
@@ -37,8 +43,10 @@ typedef struct wb_server wb_server;
 int wb_server_start(wb_io io, size_t backlog_hint, size_t thread_stack, bool nodelay, wb_conn_fn fn,
                     void *ctx, wb_server **out, char *err, size_t errlen);
 const wb_addr *wb_server_addr(const wb_server *s);
-/* The backlog in force: min(asked, net.core.somaxconn). */
+/* The backlog in force, each listener's: min(asked, net.core.somaxconn). */
 int wb_server_backlog(const wb_server *s);
+/* How many listeners share the port (1 unless backlog_hint exceeded the cap). */
+int wb_server_listeners(const wb_server *s);
 
 typedef struct wb_server_stats {
   size_t accepted;
@@ -56,6 +64,14 @@ void wb_server_stop(wb_server *s, wb_server_stats *st);
 
 /* The stack size of the thread backends: weft's fiber stack size, so that both compare like with like. */
 size_t wb_net_thread_stack(void);
+
+/*
+ * The weft backends of echo and http differ in the runtime's io_uring
+ * setting (`weft` the environment's, -1; `weft-uring` 2): start the runtime
+ * again (weft_shutdown, weft_configure) when the next repetition wants the
+ * other one. Nothing of weft's may be running (http: with --url only).
+ */
+void wb_weft_io_uring(int want);
 
 /*
  * wb_server_start on a chosen address (weft-bench serve): at names the

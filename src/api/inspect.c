@@ -84,6 +84,8 @@ int weft_get_stats(weft_stats *out) {
   out->offload_calls = o.calls;
   out->offload_threads = o.threads;
   out->uring_submissions = weft__uring_submissions();
+  out->uring_waits = weft__uring_ring_waits();
+  out->uring_recvs = weft__uring_recvs();
   return 0;
 }
 

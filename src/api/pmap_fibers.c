@@ -30,6 +30,15 @@
  * source (no carrier reaches the gang through the list after that); the last
  * place to go wakes the caller, whose frame holds the gang.
  *
+ * The closed mark is a bit of the same word as the count (GANG_CLOSED), so
+ * that "the last place went, and the gang is closed" is one atomic step, and
+ * so is "a place is taken, and the gang is open". With two words a place
+ * could go (count 0, still open: indices kept for a carrier on its way),
+ * the arriving carrier take one and close the gang, and the first leaver,
+ * reading the mark only then, finish the gang while the new fiber still ran:
+ * the caller returned under a live fiber, and the gang finished twice (the
+ * runtime's live count went below zero and weft_shutdown waited forever).
+ *
  * When no stack can be had for a fiber, the gang stops making them
  * ("starved"); the fibers it has finish what is left, and if it had none,
  * the caller runs the rest on the CPU path: no element is lost.
@@ -41,6 +50,7 @@
 #include "pmap.h"
 
 #define GANG_SLICES 32
+#define GANG_CLOSED (~(SIZE_MAX >> 1)) /* the top bit of gang.live */
 
 typedef struct gang_slice {
   WEFT__ALIGNED_CL atomic_size_t next; /* next unclaimed index of [.., end) */
@@ -54,8 +64,8 @@ typedef struct gang {
   size_t max_live;                     /* max_parallel, or SIZE_MAX */
   weft__waiter *w;                     /* the caller's */
   size_t nslices;                      /* slice[0..nslices) */
-  WEFT__ALIGNED_CL atomic_size_t live; /* places: fibers alive or being made */
-  atomic_bool closed;                  /* no index left (or starved): the source is being closed */
+  WEFT__ALIGNED_CL atomic_size_t live; /* places (fibers alive or being made), | GANG_CLOSED once no index is
+                                          left (or starved) and the source is being closed */
   atomic_bool starved;                 /* a fiber could not get a stack */
   gang_slice slice[GANG_SLICES];
 } gang;
@@ -131,20 +141,21 @@ static bool gang_drained(gang *g) {
  */
 static bool gang_wants(weft__source *src, bool carrier) {
   gang *g = weft__container_of(src, gang, src);
-  if (atomic_load_explicit(&g->closed, memory_order_relaxed)) return false;
+  size_t live = atomic_load_explicit(&g->live, memory_order_relaxed);
+  if (live & GANG_CLOSED) return false;
   if (carrier) attach(g, weft__fiber_carrier_id() % g->nslices);
-  return atomic_load_explicit(&g->live, memory_order_relaxed) < g->max_live &&
-         (carrier ? gang_has_work(g, true) : !gang_drained(g));
+  return live < g->max_live && (carrier ? gang_has_work(g, true) : !gang_drained(g));
 }
 
 static bool gang_reserve(weft__source *src, bool idle) {
   gang *g = weft__container_of(src, gang, src);
-  if (atomic_load_explicit(&g->closed, memory_order_relaxed)) return false;
+  size_t cur = atomic_load_explicit(&g->live, memory_order_relaxed);
+  if (cur & GANG_CLOSED) return false;
   attach(g, weft__fiber_carrier_id() % g->nslices); /* this carrier has arrived */
   if (!gang_has_work(g, idle)) return false;
-  size_t cur = atomic_load_explicit(&g->live, memory_order_relaxed);
   do {
-    if (cur >= g->max_live) return false;
+    /* Closed (the bit set) is above every bound: no place is taken once the gang is closed. */
+    if (cur >= g->max_live || (cur & GANG_CLOSED)) return false;
   } while (!atomic_compare_exchange_weak_explicit(&g->live, &cur, cur + 1, memory_order_relaxed,
                                                   memory_order_relaxed));
   return true;
@@ -152,7 +163,9 @@ static bool gang_reserve(weft__source *src, bool idle) {
 
 /* The first to see the gang finished (or starved) takes it off the carriers' list. */
 static void gang_close(gang *g) {
-  if (!atomic_exchange_explicit(&g->closed, true, memory_order_relaxed)) weft__source_close(&g->src);
+  /* The closer holds a place, so the count is not 0 here and only a later leave can finish the gang. */
+  if (!(atomic_fetch_or_explicit(&g->live, GANG_CLOSED, memory_order_acq_rel) & GANG_CLOSED))
+    weft__source_close(&g->src);
 }
 
 /*
@@ -161,11 +174,16 @@ static void gang_close(gang *g) {
  * place can go with indices left, kept for a carrier on its way: that
  * carrier makes the next fiber, and the gang stays open until then.
  */
+void (*weft__pmap_test_left_open)(void);
+
 static bool gang_leave(gang *g) {
-  /* acq_rel: the caller, woken by the last one, sees every element's writes; and the closer's store of
-   * closed, made before its own decrement, is seen here. */
-  if (atomic_fetch_sub_explicit(&g->live, 1, memory_order_acq_rel) != 1) return false;
-  if (!atomic_load_explicit(&g->closed, memory_order_relaxed)) return false;
+  /* acq_rel: the caller, woken by the last one, sees every element's writes. One step decides both: the last
+   * place, and the gang closed (a place that goes while the gang is open leaves it to whoever comes next). */
+  size_t was = atomic_fetch_sub_explicit(&g->live, 1, memory_order_acq_rel);
+  if (was != (GANG_CLOSED | 1)) {
+    if (WEFT__UNLIKELY(was == 1 && weft__pmap_test_left_open != NULL)) weft__pmap_test_left_open();
+    return false;
+  }
   weft__waiter_wake(g->w);
   return true;
 }
@@ -234,7 +252,6 @@ int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel
   weft__range_init(&g.r, n, fn, ctx, 1, max_parallel);
   g.max_live = max_parallel ? max_parallel : SIZE_MAX;
   atomic_init(&g.live, 0);
-  atomic_init(&g.closed, false);
   atomic_init(&g.starved, false);
   size_t k = weft_carrier_count();
   if (k == 0) k = 1;

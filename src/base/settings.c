@@ -28,6 +28,7 @@ enum {
   S_COUNT, /* a positive whole number; weft_config: 0 unset */
   S_SIZE,  /* bytes, with an optional k, m or g suffix; weft_config: 0 unset */
   S_LEVEL, /* 0 to max, or a bool word (on is 1); environment only */
+  S_MODE,  /* 0 to max, or a bool word (on is 1); weft_config: -1 unset, 0 to max */
   S_MS0,   /* milliseconds, where 0 is a value (off); environment only */
   S_TEXT,  /* a word that its owner parses (and warns about); weft_config: NULL unset (copied) */
 };
@@ -69,8 +70,14 @@ static const setting table[] = {
      "carriers at most, compensation carriers included"},
     {"WEFT_TRACE_PINNED", S_BOOL, CFG(trace_pinned), OUT(trace_pinned), 0, 0, 1,
      "1: a line on stderr for every pinned carrier, naming the call site"},
-    {"WEFT_IO_URING", S_BOOL, CFG(io_uring), OUT(io_uring), 1, 0, 1,
-     "regular-file I/O of fibers goes through io_uring where the kernel allows; 0: the offload pool"},
+    {"WEFT_IO_URING", S_MODE, CFG(io_uring), OUT(io_uring), 1, 0, 2,
+     "io_uring where the kernel allows (5.19): 1, fibers' regular-file I/O is requests on the carrier's "
+     "ring, "
+     "which is its wait point from the first one on; 2, also every carrier waits in its ring from its start "
+     "and "
+     "fibers' reads of owned sockets are ring receives (fewer system calls, slower here: "
+     "docs/benchmarks.md); "
+     "0, epoll, and files on the offload pool"},
     {"WEFT_OFFLOAD_MAX", S_COUNT, CFG(offload_max), OUT(offload_max), 64, 0, UINT32_MAX,
      "offload threads at most (weft_blocking, and file I/O without io_uring)"},
     {"WEFT_EXPLAIN", S_LEVEL, NO_CFG, OUT(explain), 0, 0, 2,
@@ -109,7 +116,8 @@ static void store_text(char *dst, const char *src) {
 void weft__settings_config_init(weft_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   for (size_t i = 0; i < NSETTINGS; i++)
-    if (table[i].kind == S_BOOL && table[i].cfg != NO_CFG) *(int *)(void *)((char *)cfg + table[i].cfg) = -1;
+    if ((table[i].kind == S_BOOL || table[i].kind == S_MODE) && table[i].cfg != NO_CFG)
+      *(int *)(void *)((char *)cfg + table[i].cfg) = -1;
 }
 
 /* The configured value of a setting, as a number; false when unset. */
@@ -117,7 +125,8 @@ static bool from_config(const setting *t, const weft_config *c, unsigned long lo
   if (t->cfg == NO_CFG) return false;
   const char *p = (const char *)c + t->cfg;
   switch (t->kind) {
-  case S_BOOL: {
+  case S_BOOL:
+  case S_MODE: {
     int b = *(const int *)(const void *)p;
     *v = (unsigned long long)b;
     return b >= 0;
@@ -144,6 +153,14 @@ static bool from_env(const setting *t, unsigned long long *v) {
     if (!weft__env_size(t->env, &n) || n < t->least || n > t->most) return false;
     *v = n;
     return true;
+  case S_MODE:
+    if (weft__env_size(t->env, &n)) {
+      *v = n;
+      return n <= t->most;
+    }
+    b = weft__env_bool(t->env);
+    *v = b == 1 ? 1 : 0;
+    return b >= 0;
   case S_LEVEL:
     if (weft__env_size(t->env, &n)) {
       *v = n > t->most ? t->most : n;
@@ -226,10 +243,11 @@ int weft__settings_configure(const weft_config *cfg, bool (*busy)(void)) {
       if (text && strlen(text) >= WEFT__SETTING_TEXT) return -EINVAL;
       continue;
     }
-    long long v = t->kind == S_BOOL   ? *(const int *)(const void *)p
+    bool flag = t->kind == S_BOOL || t->kind == S_MODE;
+    long long v = flag                ? *(const int *)(const void *)p
                   : t->kind == S_SIZE ? (long long)*(const size_t *)(const void *)p
                                       : (long long)*(const unsigned *)(const void *)p;
-    bool unset = t->kind == S_BOOL ? v == -1 : v == 0;
+    bool unset = flag ? v == -1 : v == 0;
     if (!unset && (v < (long long)t->least || (unsigned long long)v > t->most)) return -EINVAL;
   }
   /* More carriers than the bound that will apply (the given one, else the environment's or the default). */

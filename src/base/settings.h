@@ -20,7 +20,7 @@ typedef struct weft__settings {
   unsigned pin_threshold_ms; /* WEFT_PIN_THRESHOLD_MS */
   unsigned max_carriers;     /* WEFT_MAX_CARRIERS */
   bool trace_pinned;         /* WEFT_TRACE_PINNED */
-  bool io_uring;             /* WEFT_IO_URING */
+  unsigned io_uring;         /* WEFT_IO_URING: 0 off, 1 files (the ring the wait point from then on), 2 all */
   bool migrate;              /* WEFT_MIGRATE */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX */
   unsigned explain;     /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */

@@ -433,6 +433,8 @@ int weft__source_open(weft__source *s, unsigned want) {
   s->open = true;
   atomic_store_explicit(&rt.nsources, atomic_load_explicit(&rt.nsources, memory_order_relaxed) + 1,
                         memory_order_relaxed);
+  atomic_store_explicit(&rt.src_opens, atomic_load_explicit(&rt.src_opens, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
   weft__lock_release(&rt.src_lock);
   atomic_thread_fence(memory_order_seq_cst); /* pairs with the sleeping carrier's fence */
   wake_sleepers(tls_carrier, want);
@@ -1127,11 +1129,20 @@ static weft__fiber *steal_shared(weft__carrier *c) {
 #define SPIN_NS      (20 * 1000)
 #define SPIN_LONE_NS (3 * 1000) /* how long a victim's only fiber is left to its own carrier (steal) */
 
-static bool spin_sees_work(weft__carrier *c) {
+/*
+ * Work the spinning carrier could take. A source counts only when one opens
+ * after the spin began (`opens`, taken then): the carrier has just asked
+ * every open one, and one that refused (at its bound, its indices kept for
+ * a carrier on its way) would otherwise end the spin at once, again and
+ * again, and keep the carrier at 100% CPU while the fibers it bounds sleep.
+ * A source that wants fibers again (a place given up) gets them from the
+ * carrier whose fiber gave it up, which is awake.
+ */
+static bool spin_sees_work(weft__carrier *c, unsigned opens) {
   if (atomic_load_explicit(&c->inbox_len, memory_order_relaxed) ||
       atomic_load_explicit(&c->spawn_len, memory_order_relaxed) ||
       atomic_load_explicit(&rt.gq_len, memory_order_relaxed) ||
-      atomic_load_explicit(&rt.nsources, memory_order_relaxed))
+      atomic_load_explicit(&rt.src_opens, memory_order_relaxed) != opens)
     return true;
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   for (unsigned i = 0; i < n; i++) {
@@ -1156,10 +1167,11 @@ static bool spin_sees_lone(weft__carrier *c) {
 static weft__fiber *spin(weft__carrier *c, int64_t next_timer) {
   if (weft__poller_busy(&c->poller) || weft__uring_busy(&c->poller)) return NULL;
   int64_t now = weft__mono_ns(), until = now + SPIN_NS, lone_since = 0;
+  unsigned opens = atomic_load_explicit(&rt.src_opens, memory_order_relaxed);
   if (next_timer >= 0 && next_timer < until) until = next_timer;
   while (now < until) {
     for (int i = 0; i < 32; i++) weft__cpu_relax();
-    if (spin_sees_work(c)) {
+    if (spin_sees_work(c, opens)) {
       c->spin_found = true;
       return NULL;
     }
@@ -1416,6 +1428,8 @@ static void *carrier_main(void *arg) {
    */
   if (hooks.in_region) (void)hooks.in_region();
   weft__overflow_thread_init(); /* without it an overflow still ends the process, just with no message */
+  /* The ring, where allowed, is set up here: it belongs to this thread (SINGLE_ISSUER). Else epoll. */
+  (void)weft__poller_attach(&c->poller);
   sched_loop(c);
   weft__overflow_thread_fini();
   tls_carrier = NULL;
@@ -1462,6 +1476,10 @@ int weft__carrier_start_locked(bool extra) {
   weft__carrier *c;
   if (id < n) {
     c = rt.carriers[id];
+    /* Its poller belonged to the thread that left (its ring, if any, with it): a fresh one for the next. */
+    weft__poller_fini(&c->poller);
+    int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
+    if (rc < 0) return rc; /* the slot stays joined, its poller closed: the next reuse tries again */
   } else {
     if (id >= rt.cap) return -EAGAIN;
     int rc = carrier_new(id, &c);

@@ -132,6 +132,7 @@ typedef struct weft__rt {
   WEFT__ALIGNED_CL weft__lock src_lock; /* guards sources */
   weft__srclist sources;                /* open fiber sources (fiber.h), in the order carriers look at them */
   atomic_uint nsources;                 /* on the list, readable without the lock (a hint) */
+  atomic_uint src_opens;                /* sources opened so far: what a spinning carrier watches */
   WEFT__ALIGNED_CL atomic_uint_fast64_t live; /* fibers spawned and not yet done, and open sources */
   atomic_bool quiesce_waiting;                /* shutdown waits for live == 0 */
   weft__carrier_counters gone;                /* the counters of carriers since freed (stats) */

@@ -12,6 +12,11 @@
  *
  * A plain thread does not use the registration: it blocks in poll(2), in
  * slices of THREAD_SLICE_MS so that weft_fd_close and cancellation reach it.
+ *
+ * A fiber's read of a socket skips all that where its carrier has an
+ * io_uring: it is one receive request on the ring (poll/uring.h), and falls
+ * back on the loop above only where that cannot be (no ring, or another
+ * fiber's receive already in flight on the socket).
  */
 #include "../base/clock.h"
 #include "../base/internal.h"
@@ -28,6 +33,7 @@
 #include "../base/sys.h"
 #include "../fiber/fiber.h"
 #include "../poll/owned.h"
+#include "../poll/uring.h"
 #include "../sync/tctx.h"
 
 #define THREAD_SLICE_MS 20
@@ -67,7 +73,7 @@ static int wait_dir(weft__oslot *s, bool write, unsigned seen, int64_t deadline_
     int w = wait_thread(s, write ? POLLOUT : POLLIN, deadline_ns);
     return w < 0 ? w : 0;
   }
-  int rc = weft__owned_register(s, weft__fiber_lasting_poller(self));
+  int rc = weft__owned_register(s, weft__fiber_lasting_poller(self), !write);
   if (rc < 0) return rc;
   return weft__owned_wait(s, write, seen, deadline_ns);
 }
@@ -172,6 +178,22 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
   int err;
   weft__oslot *s = enter(f, deadline_ns, &err);
   if (!s) return err;
+  /*
+   * A fiber's read of a socket: a receive on its carrier's ring, where the
+   * carrier has one (uring.h). The kernel tries it when the carrier next
+   * enters the ring, and completes it when data comes: no read of its own,
+   * no read that says EAGAIN, no wait for an edge.
+   */
+  weft__fiber *self = s->socket && deadline_ns != 0 ? weft__parkable_self() : NULL;
+  if (self && weft__uring_reads(weft__fiber_poller(self))) {
+    weft__fiber_stay(self, true); /* the request is on this carrier's ring */
+    int64_t rr = weft__uring_recv(weft__fiber_poller(self), s, iov, iovcnt, deadline_ns);
+    weft__fiber_stay(self, false);
+    if (rr != -ENOSYS) {
+      weft__owned_release(s);
+      return (ssize_t)rr;
+    }
+  }
   rw_ctx c = {iov, iovcnt};
   unsigned seen = 0;
   ssize_t r = op_loop(s, false, deadline_ns, try_read, &c, &seen);

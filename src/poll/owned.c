@@ -12,6 +12,7 @@
 
 #include "../base/process.h"
 #include "../base/sys.h"
+#include "uring.h"
 
 /*
  * The table: chunks of CHUNK slots, found through a fixed array of chunk
@@ -44,6 +45,7 @@ static void odir_reset(weft__odir *d) {
   atomic_store_explicit(&d->empty, false, memory_order_relaxed);
   atomic_store_explicit(&d->empty_at, 0, memory_order_relaxed);
   d->waiter = NULL;
+  d->ring = NULL;
   atomic_store_explicit(&d->revents, 0, memory_order_relaxed);
 }
 
@@ -101,6 +103,7 @@ int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id) {
   s->tcp = tcp;
   atomic_store(&s->rd_odd, false);
   atomic_store(&s->reg_epfd, -1);
+  atomic_store(&s->reg_rd, false);
   odir_reset(&s->rd);
   odir_reset(&s->wr);
   weft__lock_release(&s->lock);
@@ -187,26 +190,53 @@ int weft__owned_close(uint64_t id) {
   weft__lock_acquire(&s->lock);
   wake_dir(&s->rd);
   wake_dir(&s->wr);
+  if (s->rd.ring) {
+    /* A receive in a ring: its fiber takes the request back, then leaves (and lets go of the slot). */
+    weft__waiter_wake(s->rd.ring);
+    s->rd.ring = NULL;
+  }
   weft__lock_release(&s->lock);
   weft__owned_release(s); /* the last one out closes the descriptor */
   return 0;
 }
 
-int weft__owned_register(weft__oslot *s, weft__poller *p) {
+/* The events of a registration; `rd`: the read side too. */
+static struct epoll_event reg_event(weft__oslot *s, bool rd) {
+  struct epoll_event e = {
+      .events = EPOLLOUT | EPOLLET | (rd ? EPOLLIN | EPOLLRDHUP | EPOLLPRI : 0),
+      .data.u64 = ((uint64_t)WEFT__TAG_OWNED << 56) |
+                  ((uint64_t)(atomic_load(&s->gen) & GEN_MASK_TAG) << 32) | s->idx,
+  };
+  return e;
+}
+
+int weft__owned_register(weft__oslot *s, weft__poller *p, bool read) {
   unsigned now = atomic_load(&epoch);
+  /*
+   * Where the carriers read sockets through their rings, a socket's reads
+   * need no edges: it is registered for writing only until a wait for
+   * reading (a thread-less fallback, weft_fd_poll, accept) asks for more, so
+   * that arriving data does not wake the epoll for nothing.
+   */
+  bool rd = read || !s->socket || !weft__uring_reads(p);
   for (;;) {
     int ep = atomic_load(&s->reg_epfd);
-    if (ep >= 0 && atomic_load(&s->reg_epoch) == now) return 0;
+    if (ep >= 0 && atomic_load(&s->reg_epoch) == now && (!rd || atomic_load(&s->reg_rd))) return 0;
     if (ep == -2) { /* another caller is registering it right now: it takes a system call */
       sched_yield();
       continue;
     }
     if (!atomic_compare_exchange_strong(&s->reg_epfd, &ep, -2)) continue;
-    struct epoll_event e = {
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET,
-        .data.u64 = ((uint64_t)WEFT__TAG_OWNED << 56) |
-                    ((uint64_t)(atomic_load(&s->gen) & GEN_MASK_TAG) << 32) | s->idx,
-    };
+    if (ep >= 0 && atomic_load(&s->reg_epoch) == now) {
+      /* Registered for writing: add the read side (a modification reports what is ready now, so no edge is
+       * lost). */
+      struct epoll_event e = reg_event(s, true);
+      int rc = weft__epoll_ctl(ep, EPOLL_CTL_MOD, s->fd, &e);
+      if (rc == 0) atomic_store(&s->reg_rd, true);
+      atomic_store(&s->reg_epfd, ep);
+      return rc;
+    }
+    struct epoll_event e = reg_event(s, rd);
     int rc = weft__epoll_ctl(p->epfd, EPOLL_CTL_ADD, s->fd, &e);
     /* Registered with an earlier runtime's epoll number that is now ours again: take it over. */
     if (rc == -EEXIST) rc = weft__epoll_ctl(p->epfd, EPOLL_CTL_MOD, s->fd, &e);
@@ -214,6 +244,7 @@ int weft__owned_register(weft__oslot *s, weft__poller *p) {
       atomic_store(&s->reg_epfd, -1);
       return rc;
     }
+    atomic_store(&s->reg_rd, rd);
     atomic_store(&s->reg_poller, p);
     atomic_store(&s->reg_epoch, now);
     atomic_store(&s->reg_epfd, p->epfd);
@@ -235,7 +266,7 @@ int weft__owned_wait(weft__oslot *s, bool write, unsigned seen, int64_t deadline
     weft__lock_release(&s->lock);
     return 0;
   }
-  if (d->waiter) {
+  if (d->waiter || (!write && d->ring)) { /* one fiber per direction, whichever way it waits */
     weft__lock_release(&s->lock);
     return -EBUSY;
   }

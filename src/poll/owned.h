@@ -25,8 +25,12 @@
  * epoll data carries the generation too, so neither a stale handle nor a
  * stale event can reach the slot's next descriptor.
  *
+ * A fiber's read may instead be a receive on its carrier's ring (uring.h);
+ * its waiter sits in the read direction's `ring`, which only a close wakes
+ * (edges say nothing to a receive the kernel completes by itself).
+ *
  * Closing: a slot counts the calls that use it (refs); weft_fd_close marks
- * it closing, wakes both waiters, and the last call to leave (or close
+ * it closing, wakes every waiter (the ring receive's too), and the last call to leave (or close
  * itself, when none is inside) removes the registration, closes the
  * descriptor and frees the slot.
  */
@@ -44,6 +48,7 @@ typedef struct weft__odir {
   atomic_uint empty_at; /* edges when a call last saw EAGAIN (valid when `empty`); the callers' (relaxed) */
   atomic_bool empty;    /* a call saw EAGAIN (or drained a TCP socket) at empty_at: one reader at a time */
   weft__waiter *waiter; /* parked here, or NULL: under lock */
+  weft__waiter *ring; /* a fiber whose receive is a ring request (uring.c; reads only), or NULL: under lock */
   atomic_uint_fast32_t revents; /* the POLL* bits of the last edge, for weft_fd_poll */
 } weft__odir;
 
@@ -57,6 +62,7 @@ typedef struct weft__oslot {
   atomic_bool rd_odd;               /* an edge said urgent data, end of stream, hang-up or error: sticky */
   atomic_int reg_epfd;              /* the epoll it is registered with, -1 none (or registering: -2) */
   atomic_uint reg_epoch;            /* weft__owned_epoch() when it was registered */
+  atomic_bool reg_rd;               /* registered for the read side too (else writes only: uring reads) */
   weft__poller *_Atomic reg_poller; /* the poller of reg_epfd (its carrier harvests the edges) */
   weft__odir rd, wr;
   uint32_t idx;       /* its index in the table (fixed) */
@@ -97,10 +103,12 @@ static inline bool weft__owned_closing(weft__oslot *s) { return atomic_load(&s->
 
 /*
  * Make sure the slot is registered with an epoll that a running carrier
- * waits on: p's, unless it is registered already (with this runtime). 0 or
- * the negative errno of epoll_ctl (the next wait tries again).
+ * waits on: p's, unless it is registered already (with this runtime), and
+ * for the read side when `read` (a wait for reading follows) or where reads
+ * are not ring receives. 0 or the negative errno of epoll_ctl (the next wait
+ * tries again).
  */
-int weft__owned_register(weft__oslot *s, weft__poller *p);
+int weft__owned_register(weft__oslot *s, weft__poller *p, bool read);
 
 /*
  * Park the caller (a fiber: the waiter's context) until the direction's edge

@@ -5,6 +5,10 @@
  * timeout rounded up to the next millisecond, never early), and the
  * descriptor waits of the carrier's fibers.
  *
+ * Once the carrier has set up its io_uring (uring.h), it waits there
+ * instead: the ring polls this epoll instance, and weft__poller_harvest
+ * collects its events without waiting.
+ *
  * Descriptor waits are armed one shot at a time (EPOLLONESHOT): each wait
  * arms the descriptor for what its waiters want, and each event disarms it.
  * weft does not own the descriptors it is given: the program may close one
@@ -35,10 +39,10 @@
  * epoll_data.u64: the kind of source in the top byte, a descriptor in the low
  * half (an owned descriptor's slot: its index and generation, owned.c).
  */
-enum { TAG_WAKE = 1, TAG_FD = 2, TAG_URING = 3, TAG_OWNED = WEFT__TAG_OWNED };
+enum { TAG_WAKE = 1, TAG_FD = 2, TAG_OWNED = WEFT__TAG_OWNED };
 #define TAG(kind, fd) (((uint64_t)(kind) << 56) | (uint32_t)(fd))
 
-int weft__poller_init(weft__poller *p, bool uring) {
+int weft__poller_init(weft__poller *p, unsigned uring) {
   p->epfd = p->wakefd = -1;
   atomic_init(&p->sleeping, 0);
   p->fds = NULL;
@@ -46,7 +50,7 @@ int weft__poller_init(weft__poller *p, bool uring) {
   p->waiting = 0;
   atomic_init(&p->owned_waiting, 0);
   p->uring = NULL;
-  p->uring_allowed = uring;
+  p->uring_mode = (uint8_t)uring;
   int ep = weft__epoll_create();
   if (ep < 0) return ep;
   int ev = weft__eventfd();
@@ -244,31 +248,8 @@ static int on_fd_event(weft__poller *p, int fd, uint32_t ev) {
  * to epoll_wait with the timeout rounded up to a millisecond. */
 static atomic_bool has_pwait2 = true;
 
-int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
-  struct epoll_event evs[128];
-  int n;
-  for (;;) {
-    int64_t left = -1;
-    if (deadline_ns == 0) {
-      left = 0;
-    } else if (deadline_ns > 0) {
-      left = deadline_ns - weft__mono_ns();
-      if (left < 0) left = 0;
-    }
-    if (atomic_load_explicit(&has_pwait2, memory_order_relaxed)) {
-      struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
-      n = (int)syscall(SYS_epoll_pwait2, p->epfd, evs, 128, left < 0 ? NULL : &ts, NULL, 0);
-      if (n < 0 && errno == ENOSYS) {
-        atomic_store_explicit(&has_pwait2, false, memory_order_relaxed);
-        continue;
-      }
-    } else {
-      int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
-      n = epoll_wait(p->epfd, evs, 128, ms);
-    }
-    if (n >= 0 || errno != EINTR) break;
-  }
-  atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed);
+/* Deliver n events. */
+static int dispatch(weft__poller *p, const struct epoll_event *evs, int n) {
   int woken = 0;
   for (int i = 0; i < n; i++) {
     uint64_t tag = evs[i].data.u64;
@@ -282,9 +263,6 @@ int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
     case TAG_FD:
       woken += on_fd_event(p, (int)(uint32_t)tag, evs[i].events);
       break;
-    case TAG_URING:
-      woken += weft__uring_reap(p);
-      break;
     case TAG_OWNED:
       woken += weft__owned_event(tag, evs[i].events);
       break;
@@ -293,4 +271,49 @@ int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
     }
   }
   return woken;
+}
+
+#define EVENTS 128
+
+int weft__poller_harvest(weft__poller *p) {
+  struct epoll_event evs[EVENTS];
+  int woken = 0, n;
+  /* A full batch may leave more behind: the ring's poll of the epoll would not complete again for those. */
+  do {
+    do n = epoll_wait(p->epfd, evs, EVENTS, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) woken += dispatch(p, evs, n);
+  } while (n == EVENTS);
+  return woken;
+}
+
+int weft__poller_attach(weft__poller *p) { return p->uring_mode >= 2 ? weft__uring_attach(p) : 0; }
+
+int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
+  if (weft__uring_waits(p)) return weft__uring_wait(p, deadline_ns);
+  struct epoll_event evs[EVENTS];
+  int n;
+  for (;;) {
+    int64_t left = -1;
+    if (deadline_ns == 0) {
+      left = 0;
+    } else if (deadline_ns > 0) {
+      left = deadline_ns - weft__mono_ns();
+      if (left < 0) left = 0;
+    }
+    if (atomic_load_explicit(&has_pwait2, memory_order_relaxed)) {
+      struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+      n = (int)syscall(SYS_epoll_pwait2, p->epfd, evs, EVENTS, left < 0 ? NULL : &ts, NULL, 0);
+      if (n < 0 && errno == ENOSYS) {
+        atomic_store_explicit(&has_pwait2, false, memory_order_relaxed);
+        continue;
+      }
+    } else {
+      int ms = left < 0 ? -1 : (int)((left + 999999) / 1000000);
+      n = epoll_wait(p->epfd, evs, EVENTS, ms);
+    }
+    if (n >= 0 || errno != EINTR) break;
+  }
+  atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed);
+  return n > 0 ? dispatch(p, evs, n) : 0;
 }

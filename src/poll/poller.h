@@ -4,11 +4,14 @@
  * poller; it waits there when it has nothing to run, until a descriptor it
  * watches is ready, another thread wakes it (new work), or its next timer is
  * due. Busy carriers look at it now and then without waiting. The
- * implementation is per platform (poll_epoll.c on Linux).
+ * implementation is per platform (poll_epoll.c on Linux); where io_uring
+ * serves (uring.h), the carrier's ring is its wait point and polls the
+ * epoll instance.
  *
  * Descriptor waits belong to the poller of the waiting fiber's carrier, and
- * only that carrier touches them: fibers never move, so a fiber's wait is
- * armed, delivered, timed out and taken back on one thread, with no lock.
+ * only that carrier touches them: a fiber stays on its carrier while it
+ * waits there (weft__fiber_stay), so its wait is armed, delivered, timed out
+ * and taken back on one thread, with no lock.
  * Two fibers on two carriers may wait on one descriptor (a reader here, a
  * writer there): each carrier arms its own registration.
  */
@@ -34,14 +37,25 @@ typedef struct weft__poller {
   size_t nfds;                 /* entries in fds */
   size_t waiting;              /* descriptor waits armed now: owner only */
   atomic_size_t owned_waiting; /* fibers parked on owned descriptors registered here (any carrier's) */
-  void *uring;                 /* the carrier's io_uring (uring.c), or NULL */
-  bool uring_allowed;          /* WEFT_IO_URING: the ring may be set up on first use */
+  void *uring;                 /* the carrier's io_uring (uring.c), its wait point once set up, or NULL */
+  uint8_t uring_mode;          /* WEFT_IO_URING: 0 no ring, 1 a ring for files (on first use), 2 for all */
 } weft__poller;
 
-/* Open the poller; `uring`: may it set up an io_uring for regular files. 0 or -errno (nothing is left open on
- * failure). */
-int weft__poller_init(weft__poller *p, bool uring);
+/* Open the poller; `uring`: WEFT_IO_URING's mode for its carrier (uring.h). 0 or -errno (nothing is left open
+ * on failure). A poller is initialised again before a new thread owns it (a compensation carrier's slot
+ * reused).
+ */
+int weft__poller_init(weft__poller *p, unsigned uring);
 void weft__poller_fini(weft__poller *p);
+
+/* The owner, on its own thread before its first wait: set up its io_uring as its wait point where its mode is
+ * 2 (with 1 the first file request does). 0, or a negative errno with the poller waiting in epoll (nothing
+ * lost). */
+int weft__poller_attach(weft__poller *p);
+
+/* Collect the epoll instance's events without waiting and deliver them (the ring's wait point calls it when
+ * its poll of the epoll completes). Owner only. Returns waiters woken. */
+int weft__poller_harvest(weft__poller *p);
 
 /*
  * The owner announces that it is about to sleep; it must then look for work

@@ -1,22 +1,39 @@
 /*
- * This file contains the io_uring path of a fiber's regular-file I/O. epoll
- * cannot wait on a regular file (it is always "ready", and a read that
- * misses the page cache blocks), so a fiber's read or write of one becomes a
- * request on its carrier's ring, and the fiber parks until the completion.
- * Each carrier has a ring of its own, created on first use, that only the
- * carrier touches (fibers never move); the carrier submits queued requests
- * in batches (when it has nothing else to run, or every BATCH requests) and
- * reaps completions from the shared completion ring without a system call.
+ * This file contains a carrier's io_uring: its wait point, and the path of
+ * the fibers' I/O that the kernel completes as requests.
  *
- * Where io_uring is missing, refused (seccomp, containers) or switched off
- * (WEFT_IO_URING=0), or weft was built without liburing (uring_none.c),
- * weft__uring_run returns -ENOSYS and io.c uses the offload pool.
+ * Where the kernel allows it (Linux 5.19: COOP_TASKRUN; 6.1 adds
+ * SINGLE_ISSUER and DEFER_TASKRUN, used where accepted), each carrier sets
+ * up a ring of its own when it starts, on its own thread, and from then on
+ * waits there instead of in epoll_wait: its epoll instance and its wake-up
+ * eventfd are multishot polls on the ring, so descriptor waits and wake-ups
+ * still end the wait, and everything else a fiber asks of the kernel on that
+ * carrier is a request in the same ring, submitted in batches in the enter
+ * that also waits (when the carrier has nothing else to run, or every BATCH
+ * requests) and reaped from the shared completion ring without a system
+ * call. The requests:
+ *
+ *  - regular-file reads and writes (epoll cannot wait on a regular file: it
+ *    is always "ready", and a read that misses the page cache blocks);
+ *  - a fiber's reads of an owned socket (weft_fd_read): a receive that the
+ *    kernel tries at submission and otherwise completes when data comes, so
+ *    a read costs no system call of its own, neither the read nor the one
+ *    that would say EAGAIN.
+ *
+ * Only the carrier touches its ring (the fiber whose request is in flight
+ * stays on it: weft__fiber_stay). Where io_uring is missing, refused
+ * (seccomp, containers, an older kernel) or switched off (WEFT_IO_URING=0),
+ * or weft was built without liburing (uring_none.c), the carrier waits in
+ * epoll, weft__uring_run and weft__uring_recv return -ENOSYS, and io.c and
+ * fd.c use the offload pool and epoll.
  */
 #ifndef WEFT_IO_URING_H
 #define WEFT_IO_URING_H
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 
+#include "owned.h"
 #include "poller.h"
 
 /* One request: a read or a write at the file's current position, as read(2) and write(2) do. */
@@ -26,6 +43,21 @@ typedef struct weft__uring_req {
   void *buf;
   size_t len;
 } weft__uring_req;
+
+/*
+ * The carrier, on its own thread before it runs anything (again when a
+ * request finds no ring): set up p's ring and make it p's wait point. 0, or a
+ * negative errno with p left waiting in epoll.
+ */
+int weft__uring_attach(weft__poller *p);
+
+/* Is p's wait point its ring (weft__poller_wait then calls weft__uring_wait)? */
+static inline bool weft__uring_waits(const weft__poller *p) { return p->uring != NULL; }
+/* Are fibers' socket reads on p's carrier ring receives (WEFT_IO_URING=2, and the ring is there)? */
+static inline bool weft__uring_reads(const weft__poller *p) { return p->uring != NULL && p->uring_mode >= 2; }
+
+/* The wait of weft__poller_wait on a ring: submit, wait until a completion or the deadline, deliver. */
+int weft__uring_wait(weft__poller *p, int64_t deadline_ns);
 
 /*
  * Run the request on the calling fiber's carrier and park until it is done.
@@ -39,21 +71,38 @@ typedef struct weft__uring_req {
 int64_t weft__uring_run(weft__poller *p, const weft__uring_req *r, int64_t deadline_ns);
 
 /*
+ * One read of owned socket s into iov as a receive on the calling fiber's
+ * carrier's ring, parked until it completes: a count, 0 at the end of the
+ * stream, or a negative errno; -ETIMEDOUT and -ECANCELED as weft__uring_run,
+ * -EBADF when weft_fd_close came first (it wakes the fiber, which takes the
+ * request back). -ENOSYS when it cannot be a ring request (no ring, no
+ * room, or another fiber's receive on s is in flight): the caller reads the
+ * ordinary way.
+ */
+int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                         int64_t deadline_ns);
+
+/*
  * The carrier's side. flush: submit queued requests, if `idle` (the carrier
- * has nothing else to run) or enough are queued. reap: deliver completions
- * (no system call unless the kernel has completions waiting to be posted).
+ * has nothing else to run; completions that the kernel keeps for the
+ * carrier's own enter are posted too) or enough are queued. reap: deliver
+ * completions (no system call unless the completion ring overflowed).
  */
 void weft__uring_flush(weft__poller *p, bool idle);
 int weft__uring_reap(weft__poller *p);
 
-/* Requests queued or in flight on p's ring. */
+/* Fibers' requests queued or in flight on p's ring. */
 bool weft__uring_busy(const weft__poller *p);
-/* Tear down p's ring (nothing is in flight: the runtime is stopping). */
+/* Tear down p's ring (nothing is in flight: the carrier is leaving). p waits in epoll again only once
+ * re-initialised (weft__poller_init): its wake-up eventfd has left the epoll instance. */
 void weft__uring_fini(weft__poller *p);
 /* True once a ring has been set up in this process (for weft_get_info). */
 bool weft__uring_in_use(void);
 
-/* io_uring_submit calls so far, all carriers (weft_get_stats). */
+/* weft_get_stats: io_uring_enter calls that submitted requests, waits of carriers in their rings (blocking
+ * or a look), and owned-socket reads that were ring requests. All carriers. */
 uint64_t weft__uring_submissions(void);
+uint64_t weft__uring_ring_waits(void);
+uint64_t weft__uring_recvs(void);
 
 #endif /* WEFT_IO_URING_H */

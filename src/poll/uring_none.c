@@ -1,7 +1,7 @@
 /*
  * This file contains the io_uring path of a build without liburing (or
- * without fibers): there is none, and fibers' I/O goes through epoll and the
- * offload pool (see uring.h).
+ * without fibers): there is none, carriers wait in epoll, and fibers' I/O
+ * goes through epoll and the offload pool (see uring.h).
  */
 #include "uring.h"
 
@@ -10,6 +10,24 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *r, int64_t deadl
   WEFT__UNUSED(r);
   WEFT__UNUSED(deadline_ns);
   return -ENOSYS;
+}
+int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                         int64_t deadline_ns) {
+  WEFT__UNUSED(p);
+  WEFT__UNUSED(s);
+  WEFT__UNUSED(iov);
+  WEFT__UNUSED(iovcnt);
+  WEFT__UNUSED(deadline_ns);
+  return -ENOSYS;
+}
+int weft__uring_attach(weft__poller *p) {
+  WEFT__UNUSED(p);
+  return -ENOSYS;
+}
+int weft__uring_wait(weft__poller *p, int64_t deadline_ns) {
+  WEFT__UNUSED(p);
+  WEFT__UNUSED(deadline_ns);
+  return 0;
 }
 void weft__uring_flush(weft__poller *p, bool idle) {
   WEFT__UNUSED(p);
@@ -26,3 +44,5 @@ int weft__uring_reap(weft__poller *p) {
 void weft__uring_fini(weft__poller *p) { WEFT__UNUSED(p); }
 bool weft__uring_in_use(void) { return false; }
 uint64_t weft__uring_submissions(void) { return 0; }
+uint64_t weft__uring_ring_waits(void) { return 0; }
+uint64_t weft__uring_recvs(void) { return 0; }

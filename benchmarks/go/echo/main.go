@@ -32,7 +32,8 @@
 // first failure, clients' before the server's), connect_retries,
 // listen_backlog (net.core.somaxconn: what Go asks listen(2) for),
 // latency_ms_p50/p90/p99/max (nearest rank; null when no round trip came
-// back), cpu_user_s, cpu_sys_s, peak_rss_kb, warmup_errors, go_version,
+// back), latency_ms_p99_first and _rest (the p99 of each connection's first
+// round trip, and of the others), cpu_user_s, cpu_sys_s, peak_rss_kb, warmup_errors, go_version,
 // gomaxprocs. Exit code 0 when everything came back right, 1 when a
 // connection failed (the record has the figures and status "failed"), 2
 // for usage.
@@ -40,6 +41,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -73,10 +75,13 @@ type record struct {
 	ServerErrors      int64    `json:"server_errors"`
 	ConnectRetries    int64    `json:"connect_retries"`
 	ListenBacklog     int      `json:"listen_backlog"`
+	Listeners         int      `json:"listeners"`
 	LatencyP50        *float64 `json:"latency_ms_p50"`
 	LatencyP90        *float64 `json:"latency_ms_p90"`
 	LatencyP99        *float64 `json:"latency_ms_p99"`
 	LatencyMax        *float64 `json:"latency_ms_max"`
+	LatencyP99First   *float64 `json:"latency_ms_p99_first"` // each connection's first round trip only
+	LatencyP99Rest    *float64 `json:"latency_ms_p99_rest"`  // every round trip but the first
 	CPUUserS          float64  `json:"cpu_user_s"`
 	CPUSysS           float64  `json:"cpu_sys_s"`
 	PeakRSSKb         *int64   `json:"peak_rss_kb"`
@@ -88,23 +93,70 @@ type record struct {
 	GoMaxProcs        int      `json:"gomaxprocs"`
 }
 
-// server is a loopback listener and a goroutine per accepted connection.
+// server is a goroutine per accepted connection behind one or more loopback
+// listeners on one port: as server.c's, enough of them (SO_REUSEPORT, at
+// most 8) that their accept queues together hold every connection of the
+// run, each with its own acceptor.
 type server struct {
-	ln      net.Listener
+	lns     []net.Listener
 	timeout time.Duration
-	stop    int32 // atomic: set before the listener closes, so that its wake-up is no error
+	stop    int32 // atomic: set before the listeners close, so that their wake-up is no error
 	conns   sync.WaitGroup
-	done    chan struct{} // the acceptor has returned
+	done    sync.WaitGroup // the acceptors
 	errors  netx.Errors
 }
 
-func startServer(timeout time.Duration) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+// soReusePort is Linux's SO_REUSEPORT (15 on x86-64 and arm64 alike), which
+// package syscall does not name.
+const soReusePort = 0xf
+
+// listenerCount is server.c's: ceil(conns / backlog), between 1 and 8.
+func listenerCount(conns int64) int {
+	backlog := int64(netx.Somaxconn())
+	if backlog <= 0 {
+		backlog = 4096
 	}
-	s := &server{ln: ln, timeout: timeout, done: make(chan struct{})}
-	go s.accept()
+	n := (conns + backlog - 1) / backlog
+	if n < 1 {
+		n = 1
+	}
+	if n > 8 {
+		n = 8
+	}
+	return int(n)
+}
+
+func startServer(timeout time.Duration, conns int64) (*server, error) {
+	n := listenerCount(conns)
+	lc := net.ListenConfig{}
+	if n > 1 {
+		lc.Control = func(network, address string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, soReusePort, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	s := &server{timeout: timeout}
+	addr := "127.0.0.1:0"
+	for i := 0; i < n; i++ {
+		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			for _, l := range s.lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		s.lns = append(s.lns, ln)
+		addr = ln.Addr().String() // the others share the first one's port
+	}
+	for _, ln := range s.lns {
+		s.done.Add(1)
+		go s.accept(ln)
+	}
 	return s, nil
 }
 
@@ -119,10 +171,10 @@ func isOutOf(err error) bool {
 		errno == syscall.ENOMEM || errno == syscall.EPERM
 }
 
-func (s *server) accept() {
-	defer close(s.done)
+func (s *server) accept(ln net.Listener) {
+	defer s.done.Done()
 	for {
-		c, err := s.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			if atomic.LoadInt32(&s.stop) != 0 {
 				return
@@ -169,8 +221,10 @@ func (s *server) serve(c net.Conn) {
 // clients have closed their side; each also ends at its read deadline).
 func (s *server) close() {
 	atomic.StoreInt32(&s.stop, 1)
-	s.ln.Close()
-	<-s.done
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	s.done.Wait()
 	s.conns.Wait()
 }
 
@@ -236,10 +290,12 @@ type result struct {
 	r       *run
 	srv     *server
 	lat     netx.Latency
+	first   netx.Latency // of each connection's first round trip
+	rest    netx.Latency // of the others
 }
 
 func measure(conns, messages, size int64, timeout time.Duration) (*result, error) {
-	srv, err := startServer(timeout)
+	srv, err := startServer(timeout, conns)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +306,7 @@ func measure(conns, messages, size int64, timeout time.Duration) (*result, error
 	for i := range r.lat {
 		r.lat[i] = nan
 	}
-	addr := srv.ln.Addr().String()
+	addr := srv.lns[0].Addr().String()
 	var wg sync.WaitGroup
 	wg.Add(int(conns))
 	before := proc.Now()
@@ -265,6 +321,15 @@ func measure(conns, messages, size int64, timeout time.Duration) (*result, error
 	res := &result{elapsed: time.Since(t0), r: r, srv: srv}
 	res.usage = proc.Now().Since(before)
 	srv.close()
+	// The split first: Summarize sorts what it is given.
+	first := make([]float32, 0, conns)
+	rest := make([]float32, 0, conns*messages)
+	for c := int64(0); c < conns; c++ {
+		first = append(first, r.lat[c*messages])
+		rest = append(rest, r.lat[c*messages+1:(c+1)*messages]...)
+	}
+	res.first = netx.Summarize(first)
+	res.rest = netx.Summarize(rest)
 	res.lat = netx.Summarize(r.lat)
 	return res, nil
 }
@@ -326,7 +391,9 @@ func main() {
 		ServerErrors:      res.srv.errors.Count(),
 		ConnectRetries:    atomic.LoadInt64(&res.r.dialer.Retries),
 		ListenBacklog:     netx.Somaxconn(),
+		Listeners:         len(res.srv.lns),
 		LatencyP50:        res.lat.P50, LatencyP90: res.lat.P90, LatencyP99: res.lat.P99, LatencyMax: res.lat.Max,
+		LatencyP99First: res.first.P99, LatencyP99Rest: res.rest.P99,
 		CPUUserS:          proc.Round(res.usage.UserS, 1e6),
 		CPUSysS:           proc.Round(res.usage.SysS, 1e6),
 		WarmupConnections: *wconns, WarmupMessages: *wmsgs, WarmupErrors: warmupErrors,
