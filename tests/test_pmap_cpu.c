@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef WEFT_HAVE_OPENMP
@@ -344,6 +345,8 @@ static void test_absent_worker(void) {
 /* In a balanced map each worker starts with the first index of its own slice. */
 typedef struct firsts {
   pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool meet; /* the first worker waits (5 s at most) until a second has taken its first index */
   pid_t tid[8];
   size_t first[8];
   int n;
@@ -358,6 +361,14 @@ static int first_fn(void *ctx, size_t i) {
   if (!seen && f->n < 8) {
     f->tid[f->n] = me;
     f->first[f->n++] = i;
+    pthread_cond_broadcast(&f->cv);
+  }
+  if (f->meet && !seen && f->n == 1) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    while (f->n < 2 && pthread_cond_timedwait(&f->cv, &f->mu, &until) == 0) {
+    }
   }
   pthread_mutex_unlock(&f->mu);
   for (volatile int k = 0; k < 20000; k++) {
@@ -369,16 +380,17 @@ static void test_slices(void) {
   if (omp_get_max_threads() != 2) return; /* the slice bounds below are for two workers */
   /*
    * Two workers, each starting at its own slice: one at 0, the other at 500
-   * (a shared guided counter would start the second at 250). A worker that
-   * arrives after the other has finished its slice and stolen the start of
-   * this one starts elsewhere: a few attempts make that harmless.
+   * (a shared counter would start the second at 1, a guided one at 250).
+   * The first to start waits for the second to take its first index, so a
+   * worker that the machine runs late (ctest runs suites side by side on two
+   * cores) still finds its slice whole instead of stolen.
    */
   bool ok = false;
   /* A call at a new site first times a few elements on the caller (the cost model): not counted. */
-  firsts warm = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  firsts warm = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
   CU_ASSERT_EQUAL_FATAL(weft_pmap(1000, first_fn, &warm, NULL), 0);
-  for (int attempt = 0; attempt < 5 && !ok; attempt++) {
-    firsts f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  for (int attempt = 0; attempt < 3 && !ok; attempt++) {
+    firsts f = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .meet = true};
     CU_ASSERT_EQUAL_FATAL(weft_pmap(1000, first_fn, &f, NULL), 0);
     ok = f.n == 2 && f.first[0] + f.first[1] == 500 && (f.first[0] == 0 || f.first[1] == 0);
   }
