@@ -486,6 +486,14 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * nothing per exchange; an owned descriptor costs one epoll_ctl in its life
  * (two with the removal at close).
  *
+ * An owned TCP socket has TCP_INQ turned on (Linux 4.18; where refused,
+ * nothing changes but the saving): its reads are recvmsg(2) calls whose
+ * control message says how many bytes they left queued, so a read that
+ * fills the buffer and empties the queue is known to have emptied it, and
+ * the next read parks until data comes instead of trying first. A program
+ * that calls recvmsg on weft_fd_native's descriptor with a control buffer
+ * receives that message too (level IPPROTO_TCP, type TCP_CM_INQ).
+ *
  * A weft_fd is a handle by value ({0} is none). It carries a generation:
  * once weft_fd_close has been called, every call with that handle fails with
  * -EBADF, even after the slot and the descriptor number have been reused, and

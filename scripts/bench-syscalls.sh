@@ -10,7 +10,7 @@
 # round trip costs, without start-up, connecting, the warm-up and the
 # teardown. Repetitions interleave the backends; the table gives the median
 # and the spread, and one line per system call that the weft backend makes
-# most (read, sendto, epoll_pwait2, io_uring_enter, ...). WEFT_BENCH_RAW_FD=1 in the
+# most (read, recvmsg, sendto, epoll_pwait2, io_uring_enter, ...). WEFT_BENCH_RAW_FD=1 in the
 # environment measures weft's calls on raw descriptors instead of owned ones.
 #
 # Needs perf (Debian: linux-perf) with access to tracepoints (root, or
@@ -34,7 +34,7 @@ if ! perf stat -x, -e raw_syscalls:sys_enter -- true >/dev/null 2>&1; then
 fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-events="raw_syscalls:sys_enter,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto"
+events="raw_syscalls:sys_enter,syscalls:sys_enter_read,syscalls:sys_enter_recvfrom,syscalls:sys_enter_recvmsg,syscalls:sys_enter_sendto"
 events="$events,syscalls:sys_enter_write,syscalls:sys_enter_epoll_pwait2,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_pwait"
 events="$events,syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_futex,syscalls:sys_enter_poll,syscalls:sys_enter_io_uring_enter"
 
@@ -62,10 +62,10 @@ done
 med() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{a[NR] = $1} END {if (NR) printf "%.2f (%.2f-%.2f)", a[int((NR + 1) / 2)], a[1], a[NR]}'; }
 
 echo "system calls per round trip (both ends), echo, $conns connections, 64-byte messages; median (min-max) of $repeat"
-printf "%-10s %-22s %-22s %-22s %-22s %-22s\n" backend all read+recvfrom "send+write" "epoll waits" "io_uring_enter"
+printf "%-10s %-22s %-22s %-22s %-22s %-22s\n" backend all "reads (read, recv*)" "send+write" "epoll waits" "io_uring_enter"
 for b in $backends; do
   [ -n "${per[$b:raw_syscalls:sys_enter]:-}" ] || continue
-  rd=$(paste -d' ' <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_read]}") <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_recvfrom]}") | awk 'NF == 2 {printf "%.3f ", $1 + $2}')
+  rd=$(paste -d' ' <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_read]}") <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_recvfrom]}") <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_recvmsg]}") | awk 'NF == 3 {printf "%.3f ", $1 + $2 + $3}')
   wr=$(paste -d' ' <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_sendto]}") <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_write]}") | awk 'NF == 2 {printf "%.3f ", $1 + $2}')
   ep=$(paste -d' ' <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_epoll_pwait2]}") <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_epoll_wait]}") <(tr ' ' '\n' <<<"${per[$b:syscalls:sys_enter_epoll_pwait]}") | awk 'NF == 3 {printf "%.3f ", $1 + $2 + $3}')
   printf "%-10s %-22s %-22s %-22s %-22s %-22s\n" "$b" "$(med "${per[$b:raw_syscalls:sys_enter]}")" "$(med "$rd")" "$(med "$wr")" "$(med "$ep")" "$(med "${per[$b:syscalls:sys_enter_io_uring_enter]:-}")"

@@ -11,10 +11,12 @@
  */
 #include "base/sys.h"
 #include "harness.h"
+#include "io/fd.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -52,6 +55,8 @@ static void both_ways(void *(*fn)(void *), void *arg) {
       return (void *)(intptr_t)(n);                                                                          \
     }                                                                                                        \
   } while (0)
+
+#define FBIT(site) (1u << (site))
 
 static int owned_pair(weft_fd out[2]) {
   int sv[2];
@@ -524,6 +529,138 @@ static void *tcp_short_reads(void *arg) {
 
 static void test_tcp_short_reads(void) { both_ways(tcp_short_reads, NULL); }
 
+/* --- full reads: what TCP_INQ tells ----------------------------------------------------------------- */
+
+/* TCP_INQ on the owned socket's descriptor: 1, 0, or a negative errno. */
+static int inq_of(weft_fd f) {
+  int v = -1;
+  socklen_t l = sizeof v;
+  return getsockopt(weft_fd_native(f), IPPROTO_TCP, TCP_INQ, &v, &l) == 0 ? v : -errno;
+}
+
+/* Until n bytes wait in f's receive queue (loopback delivers them at once, nearly). */
+static bool queued(weft_fd f, int n) {
+  for (int i = 0; i < 5000; i++) {
+    int q = 0;
+    if (ioctl(weft_fd_native(f), FIONREAD, &q) == 0 && q >= n) return true;
+    weft_test_sleep_ms(1);
+  }
+  return false;
+}
+
+/*
+ * One read of f, counting the read attempts it made (weft__fd_test_reads)
+ * and whether it was a ring receive (WEFT_IO_URING=2 on a fiber), where no
+ * attempt is counted and the counts say nothing.
+ */
+static ssize_t counted_read(weft_fd f, char *buf, size_t len, int64_t deadline, unsigned long *reads,
+                            bool *ring) {
+  weft_stats a, b;
+  weft_get_stats(&a);
+  unsigned long r0 = weft__fd_test_reads();
+  ssize_t n = weft_fd_read(f, buf, len, deadline);
+  *reads = weft__fd_test_reads() - r0;
+  weft_get_stats(&b);
+  *ring = b.uring_recvs != a.uring_recvs;
+  return n;
+}
+
+/*
+ * A read that fills its buffer says nothing about what is left, unless the
+ * kernel says it (TCP_INQ, on for every owned TCP socket where the kernel
+ * has it). `*arg`: TCP_INQ was refused (an injected fault), so the reads
+ * fall back on the short-read rule. Either way: data left behind a full read
+ * is read at once, a full read that emptied the queue wakes for the next
+ * data, and the end of the stream after a full read is read at once. With
+ * TCP_INQ, a fiber's read after a full read that emptied the queue parks
+ * without a read attempt (the one that would say EAGAIN); without it, it
+ * tries first.
+ */
+/* The listener owned without TCP_INQ (test_tcp_full_reads), and its address. */
+static weft_fd refused_listener;
+static struct sockaddr_in refused_addr;
+
+/* A connection accepted from refused_listener, as tcp_pair. */
+static int refused_pair(weft_fd *srv_side, int *plain_peer) {
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c < 0 || connect(c, (struct sockaddr *)&refused_addr, sizeof refused_addr) != 0) return -errno;
+  *plain_peer = c;
+  return weft_fd_accept(refused_listener, NULL, NULL, srv_side, in_ms(5000));
+}
+
+static void *tcp_full_reads(void *arg) {
+  bool refused = *(bool *)arg;
+  bool fiber = weft_in_fiber();
+  char buf[64], big[128];
+  memset(big, 'x', sizeof big);
+  unsigned long reads;
+  bool ring;
+  for (int k = 0; k < 20; k++) {
+    weft_fd r;
+    int peer;
+    CHECK(1, (refused ? refused_pair(&r, &peer) : tcp_pair(&r, &peer)) == 0);
+    CHECK(2, inq_of(r) == (refused ? 0 : 1)); /* an accepted connection inherits its listener's */
+    /* Two messages in the queue: the first full read leaves the second, which is read at once. */
+    CHECK(3, write(peer, big, sizeof big) == (ssize_t)sizeof big);
+    CHECK(4, queued(r, (int)sizeof big));
+    CHECK(5, weft_fd_read(r, buf, sizeof buf, in_ms(5000)) == (ssize_t)sizeof buf);
+    CHECK(6, counted_read(r, buf, sizeof buf, in_ms(5000), &reads, &ring) == (ssize_t)sizeof buf);
+    /* That read emptied the queue: nothing more comes, and a fiber knew it without trying. */
+    CHECK(7, counted_read(r, buf, sizeof buf, in_ms(20), &reads, &ring) == -ETIMEDOUT);
+    if (!ring) CHECK(8, reads == (fiber && !refused ? 0u : 1u));
+    /* Data that comes later wakes the reader. */
+    CHECK(9, write(peer, big, sizeof buf) == (ssize_t)sizeof buf);
+    CHECK(10, weft_fd_read(r, buf, sizeof buf, in_ms(5000)) == (ssize_t)sizeof buf);
+    /* A full read, then the end of the stream: the next read says 0 at once. */
+    CHECK(11, write(peer, big, sizeof buf) == (ssize_t)sizeof buf);
+    CHECK(12, shutdown(peer, SHUT_WR) == 0);
+    CHECK(13, queued(r, (int)sizeof buf));
+    CHECK(14, weft_fd_read(r, buf, sizeof buf, in_ms(5000)) == (ssize_t)sizeof buf);
+    CHECK(15, weft_fd_read(r, buf, sizeof buf, in_ms(5000)) == 0);
+    close(peer);
+    weft_fd_close(r);
+  }
+  return NULL;
+}
+
+static void test_tcp_full_reads(void) {
+  bool refused = false;
+  both_ways(tcp_full_reads, &refused);
+  /* Every way a TCP socket becomes owned turns TCP_INQ on. */
+  weft_fd s;
+  CU_ASSERT_EQUAL_FATAL(weft_fd_socket(AF_INET, SOCK_STREAM, 0, &s), 0);
+  CU_ASSERT_EQUAL(inq_of(s), 1);
+  weft_fd_close(s);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  CU_ASSERT_FATAL(fd >= 0);
+  CU_ASSERT_EQUAL_FATAL(weft_fd_open(fd, &s), 0);
+  CU_ASSERT_EQUAL(inq_of(s), 1);
+  weft_fd_close(s);
+  /*
+   * TCP_INQ refused (a kernel before 4.18): the listener is owned without
+   * it (the socket is non-blocking already, so the option is the first
+   * system call that the fault can hit), and so are its connections.
+   */
+  refused = true;
+  weft_fd l;
+  struct sockaddr_in addr;
+  fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  CU_ASSERT_FATAL(fd >= 0);
+  addr = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof addr;
+  CU_ASSERT_FATAL(bind(fd, (struct sockaddr *)&addr, len) == 0 && listen(fd, 64) == 0 &&
+                  getsockname(fd, (struct sockaddr *)&addr, &len) == 0);
+  weft__fault_arm(FBIT(WEFT__F_OWNFD), 0, false);
+  CU_ASSERT_EQUAL(weft_fd_open(fd, &l), 0);
+  CU_ASSERT_EQUAL(weft__fault_disarm(), 1);
+  CU_ASSERT_EQUAL(inq_of(l), 0);
+  refused_listener = l;
+  refused_addr = addr;
+  both_ways(tcp_full_reads, &refused);
+  refused_listener = (weft_fd){0};
+  weft_fd_close(l);
+}
+
 /* --- reads as ring receives ------------------------------------------------------------------------ */
 
 /*
@@ -750,8 +887,6 @@ static void test_across_restart(void) {
 #ifdef WEFT_TESTING /* the fault injector is in test builds only */
 /* --- faults ------------------------------------------------------------------------------------------- */
 
-#define FBIT(site) (1u << (site))
-
 static void *fault_wait(void *arg) {
   weft_fd fd = *(weft_fd *)arg;
   /* The registration (epoll_ctl) fails once: the error comes back, and the next wait registers. */
@@ -830,6 +965,7 @@ int main(int argc, char **argv) {
       {"bad_input", test_bad_input},
       {"tcp", test_tcp},
       {"tcp_short_reads", test_tcp_short_reads},
+      {"tcp_full_reads", test_tcp_full_reads},
       {"ring_reads", test_ring_reads},
       {"read_wait_after_write_wait", test_read_wait_after_write_wait},
       {"many_on_one_carrier", test_many_on_one_carrier},

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -30,7 +32,7 @@ enum weft__fault_site {
   WEFT__F_EVENTFD,        /* eventfd */
   WEFT__F_URING,          /* io_uring_queue_init */
   WEFT__F_SIGALTSTACK,    /* sigaltstack */
-  WEFT__F_OWNFD,          /* what makes an owned descriptor: fcntl(O_NONBLOCK), socket, accept4 */
+  WEFT__F_OWNFD,          /* what makes an owned descriptor: fcntl(O_NONBLOCK), socket, accept4, TCP_INQ */
   WEFT__F_COUNT
 };
 
@@ -139,6 +141,17 @@ static inline int weft__socket(int domain, int type, int protocol) {
   if (weft__fault(WEFT__F_OWNFD)) return -EMFILE;
   int fd = socket(domain, type, protocol);
   return fd >= 0 ? fd : -errno;
+}
+
+/*
+ * setsockopt(TCP_INQ) on a TCP socket: its reads (recvmsg) then say how much
+ * is left in the receive queue. 0 or a negative errno (a kernel before 4.18:
+ * -ENOPROTOOPT).
+ */
+static inline int weft__tcp_inq_on(int fd) {
+  if (weft__fault(WEFT__F_OWNFD)) return -ENOPROTOOPT;
+  int one = 1;
+  return setsockopt(fd, IPPROTO_TCP, TCP_INQ, &one, sizeof one) == 0 ? 0 : -errno;
 }
 
 /* accept4(2), EINTR absorbed: a descriptor or a negative errno. */

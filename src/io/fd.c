@@ -25,6 +25,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -35,6 +36,7 @@
 #include "../poll/owned.h"
 #include "../poll/uring.h"
 #include "../sync/tctx.h"
+#include "fd.h"
 
 #define THREAD_SLICE_MS 20
 
@@ -115,10 +117,56 @@ static ssize_t neg(ssize_t r) { return r < 0 ? -errno : r; }
 typedef struct rw_ctx {
   const struct iovec *iov;
   int iovcnt;
+  int inq; /* after a read with TCP_INQ (s->inq): the bytes it left in the receive queue; else -1 */
 } rw_ctx;
+
+/*
+ * A read of a TCP socket with TCP_INQ on: recvmsg, whose control message
+ * says how much the read left behind (owned.h, weft__owned_drained). The
+ * same one system call as read(2); it spares the read that would only say
+ * EAGAIN after a read that filled its buffer.
+ */
+static ssize_t try_recv_inq(weft__oslot *s, rw_ctx *c) {
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr m;
+  ssize_t r;
+  do {
+    m = (struct msghdr){.msg_iov = (struct iovec *)c->iov,
+                        .msg_iovlen = (size_t)c->iovcnt,
+                        .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    r = recvmsg(s->fd, &m, 0);
+  } while (r < 0 && errno == EINTR);
+  c->inq = -1;
+  if (r > 0)
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+      if (h->cmsg_level == IPPROTO_TCP && h->cmsg_type == TCP_CM_INQ && h->cmsg_len >= CMSG_LEN(sizeof(int)))
+        memcpy(&c->inq, CMSG_DATA(h), sizeof c->inq);
+  return neg(r);
+}
+
+#ifdef WEFT_TESTING
+static atomic_ulong test_reads;
+#define TEST_READ() atomic_fetch_add_explicit(&test_reads, 1, memory_order_relaxed)
+#else
+#define TEST_READ() ((void)0)
+#endif
+
+unsigned long weft__fd_test_reads(void) {
+#ifdef WEFT_TESTING
+  return atomic_load_explicit(&test_reads, memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
 
 static ssize_t try_read(weft__oslot *s, void *arg) {
   rw_ctx *c = arg;
+  TEST_READ();
+  if (s->inq) return try_recv_inq(s, c);
   ssize_t r;
   do
     r = c->iovcnt == 1 ? read(s->fd, c->iov[0].iov_base, c->iov[0].iov_len) : readv(s->fd, c->iov, c->iovcnt);
@@ -194,15 +242,17 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
       return (ssize_t)rr;
     }
   }
-  rw_ctx c = {iov, iovcnt};
+  rw_ctx c = {iov, iovcnt, -1};
   unsigned seen = 0;
   ssize_t r = op_loop(s, false, deadline_ns, try_read, &c, &seen);
   /*
-   * A short read of a TCP socket emptied its receive queue: the next read
-   * waits for an edge before it tries (owned.h, weft__owned_drained). In a
-   * request-reply exchange that saves the read that would only say EAGAIN.
+   * The read emptied a TCP socket's receive queue (the kernel's count, else
+   * a short read): the next read waits for an edge before it tries (owned.h,
+   * weft__owned_drained). In a request-reply exchange that saves the read
+   * that would only say EAGAIN.
    */
-  if (r > 0 && (size_t)r < total && weft__owned_drained(s)) {
+  bool emptied = c.inq >= 0 ? c.inq == 0 : (size_t)r < total;
+  if (r > 0 && emptied && weft__owned_drained(s)) {
     atomic_store_explicit(&s->rd.empty_at, seen, memory_order_relaxed);
     atomic_store_explicit(&s->rd.empty, true, memory_order_relaxed);
   }
@@ -226,7 +276,7 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
     }
   }
   for (int i = 0; i < iovcnt; i++) v[i] = iov[i];
-  rw_ctx c = {v, iovcnt};
+  rw_ctx c = {v, iovcnt, -1};
   size_t done = 0;
   ssize_t r = 0;
   while (done < total) {
@@ -260,13 +310,23 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
 
 /* --- the calls ---------------------------------------------------------------------------------- */
 
-static int own(int fd, bool socket, bool tcp, bool set_nonblock, int old_flags, weft_fd *out) {
+/*
+ * Make fd an owned descriptor. `inq`: INQ_TRY turns TCP_INQ on for a TCP
+ * socket where the kernel allows (without it reads fall back on the
+ * short-read rule: nothing is lost); an accepted connection passes its
+ * listener's state instead (INQ_ON or INQ_OFF), which the kernel copied
+ * into it with the rest of the listener's socket: no system call per
+ * connection.
+ */
+enum { INQ_OFF, INQ_ON, INQ_TRY };
+static int own(int fd, bool socket, bool tcp, int inq, bool set_nonblock, int old_flags, weft_fd *out) {
   if (set_nonblock) {
     int rc = weft__setfl(fd, old_flags | O_NONBLOCK);
     if (rc < 0) return rc;
   }
+  if (inq == INQ_TRY) inq = tcp && weft__tcp_inq_on(fd) == 0 ? INQ_ON : INQ_OFF;
   uint64_t id;
-  int rc = weft__owned_new(fd, socket, tcp, &id);
+  int rc = weft__owned_new(fd, socket, tcp, inq == INQ_ON, &id);
   if (rc < 0) {
     if (set_nonblock) fcntl(fd, F_SETFL, old_flags); /* as it was */
     return rc;
@@ -291,14 +351,15 @@ int weft_fd_open(int fd, weft_fd *out) {
   if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) return -EPERM;
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
-  return own(fd, S_ISSOCK(st.st_mode), S_ISSOCK(st.st_mode) && is_tcp(fd), !(fl & O_NONBLOCK), fl, out);
+  return own(fd, S_ISSOCK(st.st_mode), S_ISSOCK(st.st_mode) && is_tcp(fd), INQ_TRY, !(fl & O_NONBLOCK), fl,
+             out);
 }
 
 int weft_fd_socket(int domain, int type, int protocol, weft_fd *out) {
   if (!out) return -EINVAL;
   int fd = weft__socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
   if (fd < 0) return fd;
-  int rc = own(fd, true, is_tcp(fd), false, 0, out);
+  int rc = own(fd, true, is_tcp(fd), INQ_TRY, false, 0, out);
   if (rc < 0) close(fd);
   return rc;
 }
@@ -373,7 +434,9 @@ int weft_fd_accept(weft_fd listener, struct sockaddr *addr, socklen_t *addrlen, 
   ssize_t c = op_loop(s, false, deadline_ns, try_accept, &a, NULL);
   weft__owned_release(s);
   if (c < 0) return (int)c;
-  int rc = own((int)c, true, s->tcp, false, 0, out); /* a TCP listener's connections are TCP */
+  /* A TCP listener's connections are TCP, and inherit its TCP_INQ (the kernel clones the listener's socket).
+   */
+  int rc = own((int)c, true, s->tcp, s->inq ? INQ_ON : INQ_OFF, false, 0, out);
   if (rc < 0) close((int)c);
   return rc;
 }

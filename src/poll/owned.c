@@ -56,7 +56,7 @@ static void fork_child(void) { pthread_mutex_init(&table_mu, NULL); }
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void fork_register(void) { weft__on_fork(fork_prepare, fork_parent, fork_child); }
 
-int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id) {
+int weft__owned_new(int fd, bool socket, bool tcp, bool inq, uint64_t *id) {
   pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&table_mu);
   uint32_t idx = free_head;
@@ -101,6 +101,7 @@ int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id) {
   s->fd = fd;
   s->socket = socket;
   s->tcp = tcp;
+  s->inq = inq;
   atomic_store(&s->rd_odd, false);
   atomic_store(&s->reg_epfd, -1);
   atomic_store(&s->reg_rd, false);

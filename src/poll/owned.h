@@ -58,7 +58,8 @@ typedef struct weft__oslot {
   atomic_uint_fast64_t refs;        /* calls inside, plus the CLOSING and FINAL bits */
   int fd;                           /* the descriptor: set before the handle exists, until FINAL */
   bool socket;                      /* a socket: writes use send(MSG_NOSIGNAL) */
-  bool tcp;                         /* a TCP socket: a short read drains it (see weft__owned_drained) */
+  bool tcp;                         /* a TCP socket: a read can drain it (see weft__owned_drained) */
+  bool inq;                         /* TCP_INQ is on: a read (recvmsg) says what it left in the queue */
   atomic_bool rd_odd;               /* an edge said urgent data, end of stream, hang-up or error: sticky */
   atomic_int reg_epfd;              /* the epoll it is registered with, -1 none (or registering: -2) */
   atomic_uint reg_epoch;            /* weft__owned_epoch() when it was registered */
@@ -73,17 +74,21 @@ typedef struct weft__oslot {
 #define WEFT__OREF_FINAL   (1ull << 63)
 
 /* Allocate a slot for fd (already non-blocking); *id gets the handle. 0 or -ENOMEM. */
-int weft__owned_new(int fd, bool socket, bool tcp, uint64_t *id);
+int weft__owned_new(int fd, bool socket, bool tcp, bool inq, uint64_t *id);
 
 /*
- * After a read that returned less than it asked for, with the read
- * direction's edge counter at `seen` before it: may the next read park
- * without trying? Only for TCP, where a short read means the receive queue
- * was empty when the read ended (tcp_recvmsg takes every segment there), so
- * data that comes later brings an edge after `seen`; and only while no edge
- * has reported what stops a TCP read short with data left (urgent data, the
- * end of the stream, a hang-up, an error: rd_odd, set under the slot's lock
- * with the edge that reported it, so before `seen` could include it).
+ * After a read that found the receive queue empty when it ended, with the
+ * read direction's edge counter at `seen` before it: may the next read park
+ * without trying? Only for TCP, where data that comes later brings an edge
+ * after `seen`. The read knows the queue was empty either from the kernel
+ * (TCP_INQ: recvmsg's control message counts the bytes left, 0, and counts
+ * a received FIN as 1 so that the end of the stream is read) or, without
+ * it, because it returned less than it asked for (tcp_recvmsg takes every
+ * segment there); a read that filled its buffer knows nothing without
+ * TCP_INQ and leaves the next read to try. And only while no edge has
+ * reported what stops a TCP read short with data left (urgent data, the end
+ * of the stream, a hang-up, an error: rd_odd, set under the slot's lock with
+ * the edge that reported it, so before `seen` could include it).
  */
 static inline bool weft__owned_drained(weft__oslot *s) { return s->tcp && !atomic_load(&s->rd_odd); }
 
