@@ -114,6 +114,41 @@ static void test_parking_never_compensates(void) {
   CU_ASSERT_EQUAL(weft_configure(&c), 0);
 }
 
+/* A future's body that blocks its carrier for 60 ms. */
+static void *pin_task(void *arg) {
+  struct timespec ts = {0, 60 * MS};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  return arg;
+}
+
+/*
+ * A retired compensation carrier's slot is taken by the next one, whose poller is set up
+ * again while other threads scan every slot for a sleeping carrier to wake (CI's TSan run
+ * caught the set-up's plain store racing that scan). Futures started one by one, each start
+ * a scan, while the first ones pin the carriers and the monitor starts extras; after the
+ * extras retire, a second round reuses their slots under the same scans.
+ */
+static void test_slot_reuse(void) {
+  if (!weft_test_fibers_expected()) return;
+  enum { N = 12 };
+  for (int round = 0; round < 2; round++) {
+    weft_future *f[N];
+    for (int i = 0; i < N; i++) {
+      CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, pin_task, &f[i], &f[i]), 0);
+      weft_test_sleep_ms(5);
+    }
+    for (int i = 0; i < N; i++) {
+      void *r = NULL;
+      CU_ASSERT_EQUAL(weft_future_get(f[i], -1, &r), 0);
+      CU_ASSERT_PTR_EQUAL(r, &f[i]);
+      weft_future_free(f[i]);
+    }
+    for (int i = 0; i < 300 && weft_carrier_count() > weft_test_cpus(); i++) weft_test_sleep_ms(10);
+    CU_ASSERT_EQUAL(weft_carrier_count(), weft_test_cpus());
+  }
+}
+
 static void traced_child(void *arg) {
   (void)arg;
   setenv("WEFT_TRACE_PINNED", "1", 1);
@@ -139,6 +174,7 @@ static void test_trace(void) {
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"compensation", test_compensation},
+      {"slot_reuse", test_slot_reuse},
       {"max_carriers_bound", test_max_carriers_bound},
       {"parking_never_compensates", test_parking_never_compensates},
       {"trace", test_trace},

@@ -44,11 +44,13 @@ enum { TAG_WAKE = 1, TAG_FD = 2, TAG_OWNED = WEFT__TAG_OWNED };
 
 int weft__poller_init(weft__poller *p, unsigned uring) {
   p->epfd = p->wakefd = -1;
-  atomic_init(&p->sleeping, 0);
+  /* Stores, not atomic_init: a reused carrier slot's poller is set up again while other
+     threads scan every slot's `sleeping` (sched.c, wake_sleepers), so these are shared. */
+  atomic_store_explicit(&p->sleeping, 0, memory_order_relaxed);
   p->fds = NULL;
   p->nfds = 0;
   p->waiting = 0;
-  atomic_init(&p->owned_waiting, 0);
+  atomic_store_explicit(&p->owned_waiting, 0, memory_order_relaxed);
   p->uring = NULL;
   p->uring_mode = (uint8_t)uring;
   int ep = weft__epoll_create();

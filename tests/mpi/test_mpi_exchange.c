@@ -177,7 +177,10 @@ static void test_late(void) {
     CU_ASSERT(wall >= 2000 * MS); /* the messages were late: nothing finished early */
     printf("\n  rank %d: %d elements waited %.2f s using %.3f s of CPU on %u carriers\n", rank, N, wall / 1e9,
            cpu / 1e9, atomic_load(&x.max_carriers));
-    if (weft_test_fibers_expected()) CU_ASSERT(cpu <= wall / 4);
+    /* Waiting must not spin: a spinning carrier would use the whole wall time. Under TSan each poll of
+     * the pending requests costs several times more (CI measured 0.26 of the wall), so the bound there
+     * is a half: still far below one spinning carrier. */
+    if (weft_test_fibers_expected()) CU_ASSERT(cpu <= wall / (weft_test_slow_env() ? 2 : 4));
     check_carriers("late", atomic_load(&x.max_carriers));
   }
   free(x.in);
