@@ -95,11 +95,15 @@ bool weft_test_qemu(void) {
   return q && *q && strcmp(q, "0") != 0;
 }
 
-bool weft_test_slow_env(void) {
-  if (WEFT_TEST_TSAN) return true;
+bool weft_test_valgrind(void) {
 #ifdef WEFT_HAVE_VALGRIND_H
   if (RUNNING_ON_VALGRIND) return true;
 #endif
+  return false;
+}
+
+bool weft_test_slow_env(void) {
+  if (WEFT_TEST_TSAN || weft_test_valgrind()) return true;
   const char *q = getenv("WEFT_QEMU");
   if (q && *q && strcmp(q, "0") != 0) return true;
   const char *pre = getenv("LD_PRELOAD");

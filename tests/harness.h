@@ -84,6 +84,12 @@ bool weft_test_qemu(void);
 bool weft_test_slow_env(void);
 
 /*
+ * True under Valgrind, which runs one thread at a time and lets the running
+ * one keep going: a test of how threads share work cannot expect it there.
+ */
+bool weft_test_valgrind(void);
+
+/*
  * True when WEFT_BLOCKING work should run on fibers here: the build has a
  * context switch and WEFT_FIBERS is not 0 (CI runs every suite both ways).
  */

@@ -21,25 +21,14 @@
 
 #include "harness.h"
 
-#ifdef WEFT_HAVE_VALGRIND_H
-#include <valgrind/valgrind.h>
-#endif
-
 #ifndef WEFT_EXIT_PROG
 #error "WEFT_EXIT_PROG names the exit_prog program (tests/CMakeLists.txt)"
 #endif
 
-static bool under_valgrind(void) {
-#ifdef WEFT_HAVE_VALGRIND_H
-  if (RUNNING_ON_VALGRIND) return true;
-#endif
-  return false;
-}
-
 static void run_prog(void *arg) {
   const char *mode = arg;
   char *size = weft_test_slow_env() ? "small" : "full";
-  if (under_valgrind()) {
+  if (weft_test_valgrind()) {
     /* Valgrind's own report goes to stdout (the test's log): stderr is the program's alone. */
     char *av[] = {"valgrind",
                   "-q",
@@ -68,7 +57,7 @@ static void check_mode(const char *mode) {
     printf("\n    skipped: under qemu-user exit_prog cannot be executed from the test (no binfmt)");
     return;
   }
-  int runs = under_valgrind() ? 1 : weft_test_slow_env() ? 3 : 25;
+  int runs = weft_test_valgrind() ? 1 : weft_test_slow_env() ? 3 : 25;
   for (int i = 0; i < runs; i++) {
     char err[4096];
     int st = weft_test_child(run_prog, (void *)mode, err, sizeof err);
