@@ -102,6 +102,12 @@ bool weft_test_valgrind(void) {
   return false;
 }
 
+void weft_test_child_no_leak_check(void) {
+#if defined(WEFT_HAVE_VALGRIND_H) && defined(VALGRIND_CLO_CHANGE)
+  if (RUNNING_ON_VALGRIND) VALGRIND_CLO_CHANGE("--leak-check=no");
+#endif
+}
+
 bool weft_test_slow_env(void) {
   if (WEFT_TEST_TSAN || weft_test_valgrind()) return true;
   const char *q = getenv("WEFT_QEMU");

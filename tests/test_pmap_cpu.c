@@ -525,7 +525,8 @@ static void test_large_on_every_worker(void) {
     tidset t = {.mu = PTHREAD_MUTEX_INITIALIZER};
     CU_ASSERT_EQUAL_FATAL(weft_pmap(64, spin_tid_fn, &t, NULL), 0);
     if (t.n != (int)team.size) printf("\n  %d threads ran the map, the team has %u\n", t.n, team.size);
-    CU_ASSERT_EQUAL(t.n, (int)team.size);
+    /* Valgrind runs one thread at a time and favours the running one: a worker may get no turn. */
+    if (!weft_test_valgrind()) CU_ASSERT_EQUAL(t.n, (int)team.size);
   }
 }
 

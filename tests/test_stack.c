@@ -281,6 +281,7 @@ static void test_many_trimmed(void) {
 
 /* A trimmed stack reads zeros, and its guard still faults: DONTNEED keeps guard markers and PROT_NONE. */
 static void child_trimmed_guard(void *arg) {
+  weft_test_child_no_leak_check();
   (void)arg;
   if (weft__stack_init(0) != 0) _exit(2);
   enum { N = 2000 };
@@ -432,6 +433,7 @@ static void test_threads_stress(void) {
 
 /* Child: take a stack and write `below` bytes under its usable base. */
 static void child_write_below(void *arg) {
+  weft_test_child_no_leak_check();
   size_t below = *(size_t *)arg;
   if (weft__stack_init(0) != 0) _exit(3);
   if (weft__overflow_install() != 0) _exit(4);
@@ -604,6 +606,7 @@ static void prog_handler_plain(int sig) {
 /* Child: install the program's handler, then weft's; fault on our own PROT_NONE page, then in a stack's
  * guard (no fiber runs): both must reach the program's handler. */
 static void child_chain(void *arg) {
+  weft_test_child_no_leak_check();
   bool siginfo = *(bool *)arg;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -664,6 +667,7 @@ typedef struct chain_case {
 } chain_case;
 
 static void child_chain_default(void *arg) {
+  weft_test_child_no_leak_check();
   const chain_case *c = arg;
   alarm(20); /* a handler that loops on the fault dies of SIGALRM instead */
   signal(SIGSEGV, c->ignore ? SIG_IGN : SIG_DFL);
@@ -728,6 +732,7 @@ static int overflow_elem(void *ctx, size_t i) {
  * the top of its own stack (2).
  */
 static void child_overflow(void *arg) {
+  weft_test_child_no_leak_check();
   int how = (int)(intptr_t)arg;
   if (!weft_fibers_available()) _exit(77);
   if (how == 1)
