@@ -456,7 +456,13 @@ static void test_dear_elements(void) {
   char *line = strstr(err, "weft: pmap n=16 at ");
   CU_ASSERT_PTR_NOT_NULL(line);
   if (team.size >= 2 && !weft_test_slow_env()) {
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "decided again for the rest"));
+    /*
+     * Either the call started on the caller and its watched element had the rest
+     * decided again, or the model sent it to the team at once because the cheap
+     * calls' time lost on the caller had paid for waking the team (ski rental:
+     * seen in CI's no-OpenMP run).
+     */
+    CU_ASSERT(strstr(err, "decided again for the rest") || strstr(err, "paid for waking the team"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "workers in"));
   }
   if (!line || !strstr(err, "decided again")) printf("\n  stderr:\n%s\n", err);
