@@ -893,7 +893,15 @@ static void *fault_wait(void *arg) {
   weft__fault_arm(FBIT(WEFT__F_EPOLL), 0, false);
   int r = weft_fd_poll(fd, POLLIN, in_ms(50));
   unsigned long fired = weft__fault_disarm();
-  if (fired && r != -ENOMEM) return (void *)1;
+  /*
+   * The injector is process-wide: a carrier's own epoll_ctl at that moment (one
+   * starting, or moving its wake-up into its ring) may take the fault instead, and
+   * then ours registered and timed out. That carrier must cope, and the rest holds.
+   */
+  if (fired && r == -ETIMEDOUT)
+    printf("\n  (the fault met another thread's epoll_ctl)");
+  else if (fired && r != -ENOMEM)
+    return (void *)1;
   if (weft_fd_poll(fd, POLLIN, in_ms(20)) != -ETIMEDOUT) return (void *)2;
   /* A read that cannot be a ring request reads the ordinary way, with the same results. */
   char b[4];
@@ -947,7 +955,9 @@ static void test_faults(void) {
       weft_test_sleep_ms(5);
   }
   CU_ASSERT_EQUAL_FATAL(weft_fd_open(sv[0], &f), 0);
-  CU_ASSERT_EQUAL(on_fiber(fault_wait, &f), 0);
+  intptr_t bad = on_fiber(fault_wait, &f);
+  if (bad) printf("\n  fault_wait: step %d failed\n", (int)bad);
+  CU_ASSERT_EQUAL(bad, 0);
   weft_fd_close(f);
   close(sv[1]);
 }
