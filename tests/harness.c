@@ -109,9 +109,7 @@ void weft_test_child_no_leak_check(void) {
 }
 
 bool weft_test_slow_env(void) {
-  if (WEFT_TEST_TSAN || weft_test_valgrind()) return true;
-  const char *q = getenv("WEFT_QEMU");
-  if (q && *q && strcmp(q, "0") != 0) return true;
+  if (WEFT_TEST_TSAN || weft_test_valgrind() || weft_test_qemu()) return true;
   const char *pre = getenv("LD_PRELOAD");
   return pre && strstr(pre, "vgpreload") != NULL;
 }
