@@ -19,7 +19,7 @@
  *
  * Then sticky faults (every call at a site fails) for each site, two
  * targeted failure paths (a timer that cannot be armed, a descriptor wait
- * that cannot be re-armed) and the resource limits, in child processes:
+ * that cannot be re-armed), a fault armed for one thread only, and the resource limits, in child processes:
  * an address space too small for 100,000 stacks, and RLIMIT_NPROC too low
  * for the carriers. The last line printed counts the faults injected per
  * site.
@@ -761,6 +761,43 @@ static unsigned epoll_events_of(int epfd, int fd) {
   return ev;
 }
 
+/*
+ * A fault armed for one thread (weft__fault_arm_here) fails that thread's
+ * call only: another thread's calls at the same site pass and are not
+ * counted, and the arming thread's next call still takes the fault.
+ */
+static void *other_thread_mallocs(void *arg) {
+  WEFT__UNUSED(arg);
+  for (int i = 0; i < 100; i++) {
+    void *p = weft__malloc(16);
+    if (p == NULL) return (void *)1;
+    free(p);
+  }
+  return NULL;
+}
+
+static void test_armed_here(void) {
+  weft__fault_arm_here(SITE(WEFT__F_MALLOC), 1, false);
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, other_thread_mallocs, NULL), 0);
+  void *other = (void *)1;
+  pthread_join(t, &other);
+  CU_ASSERT_PTR_NULL(other);       /* the other thread's calls all passed */
+  void *first = weft__malloc(16);  /* the skipped one */
+  void *second = weft__malloc(16); /* the fault */
+  CU_ASSERT_PTR_NOT_NULL(first);
+  CU_ASSERT_PTR_NULL(second);
+  CU_ASSERT_EQUAL(weft__fault_disarm(), 1);
+  free(first);
+  free(second);
+  /* Armed for every thread again, the other thread's call takes it. */
+  weft__fault_arm(SITE(WEFT__F_MALLOC), 0, false);
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, other_thread_mallocs, NULL), 0);
+  pthread_join(t, &other);
+  CU_ASSERT_PTR_NOT_NULL(other);
+  CU_ASSERT_EQUAL(weft__fault_disarm(), 1);
+}
+
 static void test_epoll_rearm(void) {
   if (!weft_test_fibers_expected()) return;
   weft_shutdown();
@@ -1008,6 +1045,7 @@ int main(int argc, char **argv) {
       {"no_stack_no_thread", test_no_stack_no_thread},
       {"timer_no_memory", test_timer_no_memory},
       {"epoll_rearm", test_epoll_rearm},
+      {"armed_here", test_armed_here},
       {NULL, NULL},
   };
   int rc = weft_test_run(argc, argv, "faults", tests);

@@ -13,13 +13,18 @@ static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long skip_left; /* calls to let through first: guarded by fault_mu */
 static bool sticky;             /* keep failing after the first fault */
 static unsigned long fired;     /* faults injected since arming */
+static const void *only_thread; /* when set, only this thread's calls may fail: guarded by fault_mu */
+
+/* Its address names the calling thread while that thread lives. */
+static _Thread_local char thread_mark;
 
 bool weft__fault(enum weft__fault_site site) {
   if (WEFT__LIKELY((atomic_load_explicit(&armed_mask, memory_order_relaxed) & (1u << site)) == 0))
     return false;
   bool fail = false;
   pthread_mutex_lock(&fault_mu);
-  if (atomic_load_explicit(&armed_mask, memory_order_relaxed) & (1u << site)) {
+  if ((atomic_load_explicit(&armed_mask, memory_order_relaxed) & (1u << site)) &&
+      (only_thread == NULL || only_thread == &thread_mark)) {
     if (skip_left > 0) {
       skip_left--;
     } else {
@@ -32,13 +37,20 @@ bool weft__fault(enum weft__fault_site site) {
   return fail;
 }
 
-void weft__fault_arm(uint32_t mask, unsigned long skip, bool is_sticky) {
+static void arm(uint32_t mask, unsigned long skip, bool is_sticky, const void *thread) {
   pthread_mutex_lock(&fault_mu);
+  only_thread = thread;
   skip_left = skip;
   sticky = is_sticky;
   fired = 0;
   atomic_store(&armed_mask, mask);
   pthread_mutex_unlock(&fault_mu);
+}
+
+void weft__fault_arm(uint32_t mask, unsigned long skip, bool is_sticky) { arm(mask, skip, is_sticky, NULL); }
+
+void weft__fault_arm_here(uint32_t mask, unsigned long skip, bool is_sticky) {
+  arm(mask, skip, is_sticky, &thread_mark);
 }
 
 unsigned long weft__fault_disarm(void) {

@@ -47,6 +47,12 @@ bool weft__fault(enum weft__fault_site site);
  * weft__fault_disarm() stops injecting and returns how many faults fired.
  */
 void weft__fault_arm(uint32_t mask, unsigned long skip, bool sticky);
+/*
+ * The same, for the calling OS thread's calls only: other threads' calls at
+ * those sites neither fail nor count. A fiber that arms it must not park
+ * before the call it means (a parked fiber may resume on another carrier).
+ */
+void weft__fault_arm_here(uint32_t mask, unsigned long skip, bool sticky);
 unsigned long weft__fault_disarm(void);
 #else
 static inline bool weft__fault(enum weft__fault_site site) {
