@@ -303,6 +303,14 @@ void weft__pmap_test_reset(void) {
   weft__store_relaxed(&explain_env, -1);
 }
 
+void weft__pmap_test_forget_regret(void) {
+  for (int i = 0; i < SITES; i++) {
+    tls_model.site[i].regret_ns = 0;
+    tls_model.site[i].trials = 0;
+    tls_model.site[i].untimed = 0;
+  }
+}
+
 unsigned long weft__pmap_test_count(int why) {
 #ifdef WEFT_TESTING
   if (why >= -1 && why <= WEFT__WHY_TRIAL) return atomic_load(&test_counts[why + 1]);

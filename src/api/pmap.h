@@ -27,6 +27,13 @@ int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel
  */
 void weft__pmap_test_reset(void);
 /*
+ * Test control: the calling thread's sites keep what they measured (element
+ * costs, fork costs) but forget the ski rental's regret, the trials left
+ * after a warm-up and the untimed calls since the last timed one, so that
+ * the next call is decided on its own cost alone.
+ */
+void weft__pmap_test_forget_regret(void);
+/*
  * Automatic-grain CPU maps so far, by the model's reason (model.h's
  * weft__why); why = -1: the cached ones. Counted in test builds
  * (WEFT_TESTING) only: 0 in the others.
