@@ -87,7 +87,9 @@ static const char http_help[] =
     "  --json           one JSON object per backend (JSON Lines) on stdout\n"
     "  --help           this text\n"
     "\n"
-    "Each backend first runs an untimed warm-up. A request that fails is counted\n"
+    "Each backend first runs an untimed warm-up; with --keepalive the connections\n"
+    "it opens are kept and reused by the timed repetitions (as Go's Transport in\n"
+    "its program, and wrk over its run). A request that fails is counted\n"
     "and reported, never fatal. The soft descriptor limit is raised to the hard\n"
     "limit; a run that needs more descriptors than that says so and exits 1.\n"
     "The go backend's CPU time is its program's plus, with weft-bench's own\n"
@@ -240,29 +242,47 @@ typedef struct http_setup {
   bool external; /* --url: no loopback server on weft's runtime, which may then be restarted */
 } http_setup;
 
-/* Run `requests` GETs on backend b; lat must hold `requests` floats. */
+/*
+ * The client of backend b: made at its first run (the warm-up) and kept for
+ * all its repetitions, so that, as Go's http.Transport in its program and
+ * wrk over its whole run, the measured requests reuse the connections that
+ * the warm-up opened (keep-alive), instead of opening C new ones in every
+ * repetition. Closed by http_finish. NULL when it cannot be made (*err set).
+ */
+static wb_http_client *client_of(const http_setup *hs, wb_http_client *cl, bool *ready, bool weft,
+                                 size_t concurrency, int *err) {
+  if (*ready) return cl;
+  memset(cl, 0, sizeof *cl);
+  cl->io = weft ? WB_IO_WEFT : WB_IO_PLAIN;
+  cl->addr = hs->addr;
+  cl->url = &hs->url;
+  cl->keepalive = hs->keepalive;
+  cl->expect_len = hs->expect_len;
+  cl->timeout_ns = hs->timeout_ns;
+  cl->pool_cap = concurrency;
+  *err = wb_http_client_init(cl);
+  if (*err < 0) return NULL;
+  *ready = true;
+  return cl;
+}
+
+/* Run `requests` GETs on backend b with its client; lat must hold `requests` floats. */
 static void measure(const http_setup *hs, int b, size_t requests, size_t concurrency, float *lat,
-                    run_result *res) {
+                    wb_http_client *kept, bool *kept_ready, run_result *res) {
   memset(res, 0, sizeof *res);
   bool weft = b == B_WEFT || b == B_WEFT_URING;
   if (weft && hs->external) wb_weft_io_uring(b == B_WEFT_URING ? 2 : -1);
-  wb_http_client cl;
-  memset(&cl, 0, sizeof cl);
-  cl.io = weft ? WB_IO_WEFT : WB_IO_PLAIN;
-  cl.addr = hs->addr;
-  cl.url = &hs->url;
-  cl.keepalive = hs->keepalive;
-  cl.expect_len = hs->expect_len;
-  cl.timeout_ns = hs->timeout_ns;
-  cl.pool_cap = concurrency;
-  int rc = wb_http_client_init(&cl);
-  if (rc < 0) {
+  int rc = 0;
+  wb_http_client *cl = client_of(hs, kept, kept_ready, weft, concurrency, &rc);
+  if (!cl) {
     res->errors = requests;
     snprintf(res->first_error, sizeof res->first_error, "client: %s", weft_strerror(rc));
     return;
   }
+  atomic_store(&cl->retries, 0);
+  atomic_store(&cl->reconnects, 0);
   run_ctx ctx;
-  ctx.cl = &cl;
+  ctx.cl = cl;
   ctx.lat_us = lat;
   ctx.stack = hs->stack;
   wb_errors_init(&ctx.errors);
@@ -283,10 +303,9 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
   /* Whatever did not succeed is an error, counted or not (a map that could not start counts them all). */
   res->errors = requests - res->ok;
   snprintf(res->first_error, sizeof res->first_error, "%s", wb_errors_first(&ctx.errors));
-  res->retries = atomic_load(&cl.retries);
-  res->reconnects = atomic_load(&cl.reconnects);
+  res->retries = atomic_load(&cl->retries);
+  res->reconnects = atomic_load(&cl->reconnects);
   res->lat = wb_latency_summary(lat, requests);
-  wb_http_client_fini(&cl);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -334,6 +353,9 @@ typedef struct http_totals {
   int64_t gomaxprocs;
   double peak_rss_kb; /* NAN: none read */
   size_t connections_opened;
+  /* weft-bench's own backends: the client kept over the repetitions (client_of) */
+  wb_http_client client;
+  bool client_ready;
 } http_totals;
 
 typedef struct http_cmd {
@@ -380,9 +402,16 @@ static int http_prepare(wb_driver *d) {
   char err[512] = "";
   if (c->url_arg && wb_url_parse(c->url_arg, &c->hs.url, err, sizeof err) < 0)
     return wb_usage_error("http", "--url: %s", err);
-  /* Descriptors: a client socket per request in flight, and the server's end of each when it is ours. */
+  /*
+   * Descriptors: a client socket per request in flight, and the server's end
+   * of each when it is ours; each of weft-bench's own backends keeps its
+   * connections open over the repetitions (client_of).
+   */
+  uint64_t own = 0;
+  for (size_t j = 0; j < d->npicked; j++) own += wb_picked(d, j)->id != B_GO;
+  if (own == 0) own = 1;
   uint64_t fd_limit;
-  uint64_t need = (uint64_t)c->concurrency * (c->url_arg ? 1 : 2) + 64;
+  uint64_t need = own * (uint64_t)c->concurrency * (c->url_arg ? 1 : 2) + 64;
   if (wb_net_fd_limit("http", need, &fd_limit) < 0) return WB_EXIT_FAIL;
   for (size_t j = 0; j < d->npicked; j++) {
     const wb_choice *ch = wb_picked(d, j);
@@ -577,7 +606,7 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
     int rc = measure_go(c, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else {
-    measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &res);
+    measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &t->client, &t->client_ready, &res);
   }
   /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
@@ -603,8 +632,18 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   return 0;
 }
 
+/* Close the kept clients' idle connections (before the loopback server stops: they end cleanly). */
+static void close_clients(http_cmd *c) {
+  for (int b = 0; b < NBACKENDS; b++) {
+    http_totals *t = &c->totals[b];
+    if (t->client_ready) wb_http_client_fini(&t->client);
+    t->client_ready = false;
+  }
+}
+
 static void http_finish(wb_driver *d) {
   http_cmd *c = d->ctx;
+  close_clients(c);
   if (!c->srv) return;
   wb_server_stop(c->srv, &c->srv_stats);
   c->srv = NULL;
@@ -719,6 +758,7 @@ static void http_report(wb_driver *d) {
 
 static void http_teardown(wb_driver *d) {
   http_cmd *c = d->ctx;
+  close_clients(c);
   if (c->srv) wb_server_stop(c->srv, NULL);
   if (c->have_page) wb_http_page_fini(&c->page);
   free(c->lat);

@@ -463,7 +463,7 @@ int wb_http_get(wb_http_client *c, wb_http_resp *r) {
   memset(r, 0, sizeof *r);
   int64_t deadline = wb_net_deadline(c->timeout_ns);
   for (int attempt = 0;; attempt++) {
-    int fd = c->keepalive ? pool_take(c) : -1;
+    int fd = c->keepalive && attempt == 0 ? pool_take(c) : -1; /* a retry: a fresh connection */
     bool reused = fd >= 0;
     int rc;
     if (fd < 0) {
