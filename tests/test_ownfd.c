@@ -895,10 +895,12 @@ static void *fault_wait(void *arg) {
    * registration runs here, before the fiber parks), so that no other
    * carrier's own epoll_ctl can take it.
    */
-  weft__fault_arm_here(FBIT(WEFT__F_EPOLL), 0, false);
-  int r = weft_fd_poll(fd, POLLIN, in_ms(50));
-  unsigned long fired = weft__fault_disarm();
-  if (fired != 1 || r != -ENOMEM) return (void *)1;
+  if (weft_in_fiber()) { /* a thread (WEFT_FIBERS=0) waits with poll(2): no registration to fail */
+    weft__fault_arm_here(FBIT(WEFT__F_EPOLL), 0, false);
+    int r = weft_fd_poll(fd, POLLIN, in_ms(50));
+    unsigned long fired = weft__fault_disarm();
+    if (fired != 1 || r != -ENOMEM) return (void *)1;
+  }
   if (weft_fd_poll(fd, POLLIN, in_ms(20)) != -ETIMEDOUT) return (void *)2;
   /* A read that cannot be a ring request reads the ordinary way, with the same results. */
   char b[4];
