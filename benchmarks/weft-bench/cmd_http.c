@@ -243,15 +243,16 @@ typedef struct http_setup {
 } http_setup;
 
 /*
- * The client of backend b: made at its first run (the warm-up) and kept for
- * all its repetitions, so that, as Go's http.Transport in its program and
- * wrk over its whole run, the measured requests reuse the connections that
- * the warm-up opened (keep-alive), instead of opening C new ones in every
- * repetition. Closed by http_finish. NULL when it cannot be made (*err set).
+ * The client of backend b, cl: made at its first run (the warm-up) and kept
+ * for all its repetitions, so that, as Go's http.Transport in its program
+ * and wrk over its whole run, the measured requests reuse the connections
+ * that the warm-up opened (keep-alive), instead of opening C new ones in
+ * every repetition. Made when cl->req is NULL (zeroed, or closed by
+ * close_clients). NULL when it cannot be made (*err set).
  */
-static wb_http_client *client_of(const http_setup *hs, wb_http_client *cl, bool *ready, bool weft,
-                                 size_t concurrency, int *err) {
-  if (*ready) return cl;
+static wb_http_client *client_of(const http_setup *hs, wb_http_client *cl, bool weft, size_t concurrency,
+                                 int *err) {
+  if (cl->req) return cl;
   memset(cl, 0, sizeof *cl);
   cl->io = weft ? WB_IO_WEFT : WB_IO_PLAIN;
   cl->addr = hs->addr;
@@ -261,19 +262,17 @@ static wb_http_client *client_of(const http_setup *hs, wb_http_client *cl, bool 
   cl->timeout_ns = hs->timeout_ns;
   cl->pool_cap = concurrency;
   *err = wb_http_client_init(cl);
-  if (*err < 0) return NULL;
-  *ready = true;
-  return cl;
+  return *err < 0 ? NULL : cl;
 }
 
 /* Run `requests` GETs on backend b with its client; lat must hold `requests` floats. */
 static void measure(const http_setup *hs, int b, size_t requests, size_t concurrency, float *lat,
-                    wb_http_client *kept, bool *kept_ready, run_result *res) {
+                    wb_http_client *kept, run_result *res) {
   memset(res, 0, sizeof *res);
   bool weft = b == B_WEFT || b == B_WEFT_URING;
   if (weft && hs->external) wb_weft_io_uring(b == B_WEFT_URING ? 2 : -1);
   int rc = 0;
-  wb_http_client *cl = client_of(hs, kept, kept_ready, weft, concurrency, &rc);
+  wb_http_client *cl = client_of(hs, kept, weft, concurrency, &rc);
   if (!cl) {
     res->errors = requests;
     snprintf(res->first_error, sizeof res->first_error, "client: %s", weft_strerror(rc));
@@ -353,9 +352,7 @@ typedef struct http_totals {
   int64_t gomaxprocs;
   double peak_rss_kb; /* NAN: none read */
   size_t connections_opened;
-  /* weft-bench's own backends: the client kept over the repetitions (client_of) */
-  wb_http_client client;
-  bool client_ready;
+  wb_http_client client; /* weft-bench's own backends: kept over the repetitions (client_of) */
 } http_totals;
 
 typedef struct http_cmd {
@@ -606,7 +603,7 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
     int rc = measure_go(c, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else {
-    measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &t->client, &t->client_ready, &res);
+    measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &t->client, &res);
   }
   /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
@@ -635,9 +632,8 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
 /* Close the kept clients' idle connections (before the loopback server stops: they end cleanly). */
 static void close_clients(http_cmd *c) {
   for (int b = 0; b < NBACKENDS; b++) {
-    http_totals *t = &c->totals[b];
-    if (t->client_ready) wb_http_client_fini(&t->client);
-    t->client_ready = false;
+    wb_http_client *cl = &c->totals[b].client;
+    if (cl->req) wb_http_client_fini(cl); /* which leaves req NULL */
   }
 }
 
