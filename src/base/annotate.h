@@ -30,6 +30,8 @@
 #define WEFT__TSAN_DESTROY(f)    __tsan_destroy_fiber(f)
 /* Immediately before the switch; flags 0: the switch orders everything before it. */
 #define WEFT__TSAN_SWITCH(f) __tsan_switch_to_fiber((f), 0)
+/* A function whose own memory accesses ThreadSanitizer does not see (calls it makes are seen). */
+#define WEFT__TSAN_UNSEEN __attribute__((no_sanitize("thread"), noinline))
 #else
 #define WEFT__TSAN_RELEASE(addr) ((void)(addr))
 #define WEFT__TSAN_ACQUIRE(addr) ((void)(addr))
@@ -37,6 +39,7 @@
 #define WEFT__TSAN_CREATE()      NULL
 #define WEFT__TSAN_DESTROY(f)    ((void)(f))
 #define WEFT__TSAN_SWITCH(f)     ((void)(f))
+#define WEFT__TSAN_UNSEEN
 #endif
 
 #endif /* WEFT_FIBER_ANNOTATE_H */
