@@ -52,11 +52,13 @@
 #define MAX_CONCURRENCY 100000
 #define MAX_TIMEOUT_MS  3600000
 #define PAGE_SEED       42
-#define WARMUP_MIN      100 /* untimed requests per backend first: max(this, C), at most R */
+#define WARMUP_MIN      100 /* default warm-up: max(this, WARMUP_PER_C x C), at most R */
+#define WARMUP_PER_C    5
 
 static const char http_help[] =
     "usage: weft-bench http [--url URL] [--requests R] [--concurrency C] [--keepalive]\n"
-    "                       [--backend B[,B...]] [--timeout-ms T] [--repeat K] [--json]\n"
+    "                       [--warmup W] [--backend B[,B...]] [--timeout-ms T] [--repeat K]\n"
+    "                       [--json]\n"
     "\n"
     "R HTTP/1.1 GETs, at most C in flight, by the same client on each backend:\n"
     "requests per second, latency percentiles and errors.\n"
@@ -68,6 +70,8 @@ static const char http_help[] =
     "  --requests R     GETs per measurement (default 10000)\n"
     "  --concurrency C  most requests in flight (default 1000)\n"
     "  --keepalive      reuse connections (default: connect, GET, close per request)\n"
+    "  --warmup W       untimed GETs right before every measurement, on the same\n"
+    "                   client (default max(100, 5 x C), at most R; 0: none)\n"
     "  --backend B      weft     WEFT_BLOCKING weft_pmap, max_parallel = C (fibers)\n"
     "                   omp      #pragma omp parallel for schedule(dynamic,1), plain\n"
     "                            blocking sockets (in flight: the team's threads)\n"
@@ -87,9 +91,14 @@ static const char http_help[] =
     "  --json           one JSON object per backend (JSON Lines) on stdout\n"
     "  --help           this text\n"
     "\n"
-    "Each backend first runs an untimed warm-up; with --keepalive the connections\n"
-    "it opens are kept and reused by the timed repetitions (as Go's Transport in\n"
-    "its program, and wrk over its run). A request that fails is counted\n"
+    "Every measurement directly follows its warm-up of W requests on the same\n"
+    "client: the go backend's program runs its own in each of its processes, and\n"
+    "weft-bench's backends run theirs before each repetition, so that each client\n"
+    "is measured in its steady state (weft's runtime has its fiber stacks by then,\n"
+    "even where the runtime was restarted for weft-uring, or gave memory back while\n"
+    "other backends ran). With --keepalive the connections a client opens are kept\n"
+    "and reused by its later requests (as Go's Transport in its program, and wrk\n"
+    "over its run). A request that fails is counted\n"
     "and reported, never fatal. The soft descriptor limit is raised to the hard\n"
     "limit; a run that needs more descriptors than that says so and exits 1.\n"
     "The go backend's CPU time is its program's plus, with weft-bench's own\n"
@@ -311,7 +320,7 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-enum { OPT_URL = 1, OPT_REQUESTS, OPT_CONCURRENCY, OPT_KEEPALIVE, OPT_TIMEOUT };
+enum { OPT_URL = 1, OPT_REQUESTS, OPT_CONCURRENCY, OPT_KEEPALIVE, OPT_TIMEOUT, OPT_WARMUP };
 
 static const wb_opt http_opts[] = {
     {"url", true, OPT_URL},
@@ -319,6 +328,7 @@ static const wb_opt http_opts[] = {
     {"concurrency", true, OPT_CONCURRENCY},
     {"keepalive", false, OPT_KEEPALIVE},
     {"timeout-ms", true, OPT_TIMEOUT},
+    {"warmup", true, OPT_WARMUP},
     {NULL, false, 0},
 };
 
@@ -358,9 +368,10 @@ typedef struct http_totals {
 typedef struct http_cmd {
   const char *url_arg;
   int64_t requests, concurrency, timeout_ms;
+  int64_t warmup_arg; /* --warmup; -1: the default */
   bool keepalive;
   http_setup hs;
-  size_t warmup; /* requests of the warm-up */
+  size_t warmup; /* requests of each warm-up */
   wb_http_page page;
   bool have_page;
   wb_server *srv;
@@ -389,6 +400,9 @@ static int http_option(wb_driver *d, int id, const char *arg) {
     break;
   case OPT_TIMEOUT:
     ok = wb_parse_i64("http", "timeout-ms", arg, 1, MAX_TIMEOUT_MS, &c->timeout_ms);
+    break;
+  case OPT_WARMUP:
+    ok = wb_parse_i64("http", "warmup", arg, 0, MAX_REQUESTS, &c->warmup_arg);
     break;
   }
   return ok ? 0 : WB_EXIT_USAGE;
@@ -426,8 +440,13 @@ static int http_prepare(wb_driver *d) {
     if (ch->id == B_OMP) c->totals[ch->id].in_flight = (size_t)omp_get_max_threads();
 #endif
   }
-  c->warmup = (size_t)c->concurrency > WARMUP_MIN ? (size_t)c->concurrency : WARMUP_MIN;
-  if (c->warmup > (size_t)c->requests) c->warmup = (size_t)c->requests;
+  if (c->warmup_arg >= 0) {
+    c->warmup = (size_t)c->warmup_arg;
+  } else {
+    size_t w = WARMUP_PER_C * (size_t)c->concurrency;
+    c->warmup = w > WARMUP_MIN ? w : WARMUP_MIN;
+    if (c->warmup > (size_t)c->requests) c->warmup = (size_t)c->requests;
+  }
   return 0;
 }
 
@@ -440,6 +459,7 @@ static int http_args(wb_driver *d, wb_args *a) {
   wb_args_int(a, "--requests", c->requests);
   wb_args_int(a, "--concurrency", c->concurrency);
   if (c->keepalive) wb_args_add(a, "--keepalive");
+  wb_args_int(a, "--warmup", (int64_t)c->warmup);
   wb_args_picked(d, a);
   wb_args_int(a, "--timeout-ms", c->timeout_ms);
   wb_args_repeat(d, a);
@@ -588,13 +608,19 @@ static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *
   return 0;
 }
 
-/* The warm-up (max(100, C) requests, untimed) starts weft's carriers, the OpenMP team and the server's
- * fibers. */
+/*
+ * The warm-up phase (W requests, untimed) starts weft's carriers, the OpenMP
+ * team and the server's fibers, and makes each client; then every timed
+ * repetition of weft-bench's own backends runs W requests more, untimed,
+ * right before the R it times, as the go backend's program does in each of
+ * its processes: a backend is measured as it runs after W requests, not after
+ * whatever ran between its repetitions (weft-uring restarts the runtime, whose
+ * fiber stacks go with it; an idle runtime gives stack memory back).
+ */
 static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   http_cmd *c = d->ctx;
   http_totals *t = r->state;
   run_result res;
-  size_t n = phase == WB_WARMUP ? c->warmup : (size_t)c->requests;
   if (r->id == B_GO) {
     /* The go program warms itself up in each of its processes; here, only whether it is there. */
     char path[4096];
@@ -603,17 +629,27 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
     int rc = measure_go(c, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else {
-    measure(&c->hs, r->id, n, (size_t)c->concurrency, c->lat, &t->client, &res);
+    if (c->warmup) {
+      measure(&c->hs, r->id, c->warmup, (size_t)c->concurrency, c->lat, &t->client, &res);
+      t->warmup_errors += res.errors;
+      if (phase == WB_WARMUP) {
+        if (res.errors) {
+          s->quiet = true;
+          s->failed = true;
+          snprintf(s->error, sizeof s->error, "%s", res.first_error);
+        }
+        return 0;
+      }
+    } else if (phase == WB_WARMUP) {
+      return 0;
+    }
+    measure(&c->hs, r->id, (size_t)c->requests, (size_t)c->concurrency, c->lat, &t->client, &res);
   }
   /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
   if (res.errors) {
     s->failed = true;
     snprintf(s->error, sizeof s->error, "%s", res.first_error);
-  }
-  if (phase == WB_WARMUP) {
-    t->warmup_errors = res.errors;
-    return 0;
   }
   s->ms = res.elapsed_ms;
   s->m[M_RPS] = res.elapsed_ms > 0 ? (double)res.ok / (res.elapsed_ms / 1000.0) : 0;
@@ -788,6 +824,7 @@ int wb_cmd_http(int argc, char **argv) {
   c.requests = 10000;
   c.concurrency = 1000;
   c.timeout_ms = 10000;
+  c.warmup_arg = -1;
   /*
    * The default list has go when its program is there. Asked for by name
    * without it, go is skipped with the reason, as in every command.
