@@ -242,7 +242,7 @@ static void test_many_trimmed(void) {
   CU_ASSERT_EQUAL(stats().cached, 0);
   size_t left = weft__stack_excess(), calls = 0;
   while (left) {
-    left = weft__stack_trim(4);
+    left = weft__stack_trim(4, INT64_MAX, 0);
     CU_ASSERT_FATAL(++calls < 10000); /* progress at every call */
   }
   st = stats();
@@ -279,6 +279,89 @@ static void test_many_trimmed(void) {
   if (maps_exact()) CU_ASSERT_EQUAL(maps_count(), maps_before);
 }
 
+/* Take n stacks, touch each at its top as a fiber does, give them all back, and flush the cache. */
+static void burst(void **cookies, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    void *base;
+    size_t size;
+    CU_ASSERT_EQUAL_FATAL(weft__stack_alloc(&base, &size, &cookies[i]), 0);
+    ((char *)base)[size - 1] = 1;
+  }
+  for (size_t i = 0; i < n; i++) weft__stack_free(cookies[i]);
+  weft__stack_cache_flush();
+}
+
+/*
+ * An idle pool keeps all that a burst left for the hold time of the caller's
+ * idle time (a burst that follows soon reuses them warm, with no page
+ * fault), then gives the part above its floor back in proportion to the
+ * time, down to the floor WEFT__STACK_DECAY_PER_HOLD holds later; a burst
+ * during the decay does not lower what is kept; once at the floor, the next
+ * burst is held again from its own size. A hold of 0 (WEFT_STACK_HOLD_MS=0)
+ * gives everything above the floor back at the first trim.
+ */
+static void test_held_then_decayed(void) {
+  enum { N = 2000 };
+  const int64_t hold = 1000 * 1000000LL, decay = WEFT__STACK_DECAY_PER_HOLD * hold;
+  CU_ASSERT_EQUAL_FATAL(weft__stack_init(0), 0);
+  void **cookies = calloc(N, sizeof *cookies);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(cookies);
+  burst(cookies, N);
+  weft__stack_stats st = stats();
+  size_t floor = st.pool_max, peak = st.pooled_dirty, arena = st.arena_stacks;
+  CU_ASSERT_FATAL(peak >= N - st.cache_max && peak > floor + 4 * arena);
+  CU_ASSERT(weft__stack_excess() > 0); /* there is something to give back, in time */
+
+  /* Held: nothing is due at the start of the idle time, nor at its end. */
+  CU_ASSERT_EQUAL(weft__stack_trim(SIZE_MAX, 100 * 1000000LL, hold), 0);
+  CU_ASSERT_EQUAL(weft__stack_trim(SIZE_MAX, hold, hold), 0);
+  st = stats();
+  CU_ASSERT_EQUAL(st.trimmed, 0);
+  CU_ASSERT_EQUAL(st.pooled_dirty, peak);
+
+  /* Half-way through the decay: about half of what lies above the floor (to an arena). */
+  size_t half = floor + (peak - floor) / 2;
+  CU_ASSERT_EQUAL(weft__stack_trim(SIZE_MAX, hold + decay / 2, hold), 0);
+  st = stats();
+  CU_ASSERT(st.pooled_dirty <= half + 1 && st.pooled_dirty + arena > half);
+  CU_ASSERT(st.trimmed > 0);
+
+  /* A burst during the decay: what is kept stays measured from the larger one. */
+  burst(cookies, N / 4);
+  CU_ASSERT_EQUAL(weft__stack_trim(SIZE_MAX, hold + decay / 2, hold), 0);
+  st = stats();
+  CU_ASSERT(st.pooled_dirty <= half + 1 && st.pooled_dirty + arena > half);
+
+  /* The end of the decay: down to the floor. */
+  size_t left = 1, calls = 0;
+  while (left) {
+    left = weft__stack_trim(4, hold + decay, hold);
+    CU_ASSERT_FATAL(++calls < 10000);
+  }
+  st = stats();
+  CU_ASSERT(st.pooled_dirty <= floor);
+  CU_ASSERT_EQUAL(weft__stack_excess(), 0);
+
+  /* A new burst is held again, from its own size. */
+  burst(cookies, N / 2);
+  size_t peak2 = stats().pooled_dirty;
+  CU_ASSERT(peak2 > floor);
+  CU_ASSERT_EQUAL(weft__stack_trim(SIZE_MAX, hold, hold), 0);
+  CU_ASSERT_EQUAL(stats().pooled_dirty, peak2);
+  while (weft__stack_trim(SIZE_MAX, INT64_MAX, hold)) {
+  }
+  CU_ASSERT(stats().pooled_dirty <= floor);
+
+  /* No hold: the first trim, 100 ms into the idle time, takes it all down to the floor. */
+  burst(cookies, N / 2);
+  CU_ASSERT(stats().pooled_dirty > floor);
+  calls = 0;
+  while (weft__stack_trim(4, 100 * 1000000LL, 0)) CU_ASSERT_FATAL(++calls < 10000);
+  CU_ASSERT(stats().pooled_dirty <= floor);
+  free(cookies);
+  weft__stack_fini();
+}
+
 /* A trimmed stack reads zeros, and its guard still faults: DONTNEED keeps guard markers and PROT_NONE. */
 static void child_trimmed_guard(void *arg) {
   weft_test_child_no_leak_check();
@@ -296,7 +379,7 @@ static void child_trimmed_guard(void *arg) {
   }
   for (int i = 0; i < N; i++) weft__stack_free(cookies[i]);
   weft__stack_cache_flush();
-  while (weft__stack_trim(64)) {
+  while (weft__stack_trim(64, INT64_MAX, 0)) {
   }
   weft__stack_stats st = stats();
   if (st.trimmed == 0) _exit(4);
@@ -418,7 +501,7 @@ static void test_threads_stress(void) {
   weft__stack_stats st = stats();
   CU_ASSERT_EQUAL(st.in_use, 0);
   CU_ASSERT_EQUAL(st.mapped, st.pooled + st.cached);
-  while (weft__stack_trim(16)) {
+  while (weft__stack_trim(16, INT64_MAX, 0)) {
   }
   st = stats();
   CU_ASSERT(st.pooled_dirty <= st.pool_max);
@@ -1092,6 +1175,7 @@ int main(int argc, char **argv) {
       {"sizes", test_sizes},
       {"top_aligned_writable", test_top_aligned_writable},
       {"many_trimmed", test_many_trimmed},
+      {"held_then_decayed", test_held_then_decayed},
       {"trimmed_guard", test_trimmed_guard},
       {"cross_thread", test_cross_thread},
       {"threads_stress", test_threads_stress},

@@ -38,12 +38,33 @@
  *                        configured, carriers_running how many ran at the end.
  *                        Each run starts from a fresh runtime (weft_shutdown,
  *                        untimed), so no extra carrier is left from the last.
+ *
+ *   BurstAfterIdle/hold_ms:H  a burst of 2,000 WEFT_BLOCKING elements (one
+ *                        weft_pmap, max_parallel 2,000), each using 16 KiB of
+ *                        its fiber's stack and sleeping 2 ms, after 500 ms in
+ *                        which weft has nothing to do (untimed): what a
+ *                        program that wakes for a burst now and then pays for
+ *                        its fibers. H is WEFT_STACK_HOLD_MS, the runtime
+ *                        restarted with it: 1000 (the default) keeps the
+ *                        stacks of the last burst committed for 1 s of idle
+ *                        time; 0 gives back all above the pool's floor 100 ms
+ *                        into it (the policy before), so that each burst
+ *                        carves and faults in most of its stacks again.
+ *                        Counters: cpu_ms, the whole process's CPU time per
+ *                        burst (getrusage), and carved, stacks carved per
+ *                        burst. One warm-up burst first, untimed.
  */
 #include <benchmark/benchmark.h>
 
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
+#include <string>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <vector>
 
@@ -226,6 +247,71 @@ BENCHMARK(BM_Pinned_plain_nomonitor)->UseRealTime()->Unit(benchmark::kMillisecon
  * monitor). */
 void BM_Pinned_plain_256(benchmark::State &state) { pinned(state, pinned_elem, 0, 256, 200 * 1000000LL); }
 BENCHMARK(BM_Pinned_plain_256)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(2);
+
+/* --- bursts after a pause: what keeping stacks committed saves --------------------- */
+
+constexpr size_t kBurst = 2000;
+constexpr int64_t kBurstGapNs = 500 * 1000000LL;
+
+int burst_elem(void *ctx, size_t i) {
+  (void)ctx;
+  volatile char frame[16 * 1024]; /* what a fiber with a buffer on its stack touches */
+  for (size_t k = 0; k < sizeof frame; k += 512) frame[k] = static_cast<char>(i + k);
+  return weft_sleep_ns(2 * 1000000);
+}
+
+double cpu_ms_now() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+void BM_BurstAfterIdle(benchmark::State &state) {
+  weft_shutdown();
+  std::string hold = std::to_string(state.range(0));
+  setenv("WEFT_STACK_HOLD_MS", hold.c_str(), 1); /* read as the runtime starts */
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.kind = WEFT_BLOCKING;
+  o.max_parallel = kBurst;
+  int rc = weft_fibers_available() ? weft_pmap(kBurst, burst_elem, nullptr, &o) : -ENOSYS;
+  if (rc != 0) {
+    state.SkipWithError(rc == -ENOSYS ? "fibers unavailable (or WEFT_FIBERS=0)" : weft_strerror(rc));
+  } else {
+    double cpu = 0;
+    uint64_t carved = 0;
+    for (auto _ : state) {
+      state.PauseTiming();
+      nanosleep_rel(kBurstGapNs);
+      weft_stats s0, s1;
+      weft_get_stats(&s0);
+      double c0 = cpu_ms_now();
+      state.ResumeTiming();
+      rc = weft_pmap(kBurst, burst_elem, nullptr, &o);
+      state.PauseTiming();
+      cpu += cpu_ms_now() - c0;
+      weft_get_stats(&s1);
+      carved += s1.stacks_carved - s0.stacks_carved;
+      state.ResumeTiming();
+      if (rc != 0) {
+        state.SkipWithError(weft_strerror(rc));
+        break;
+      }
+    }
+    double n = static_cast<double>(state.iterations() ? state.iterations() : 1);
+    state.counters["cpu_ms"] = cpu / n;
+    state.counters["carved"] = static_cast<double>(carved) / n;
+  }
+  weft_shutdown();
+  unsetenv("WEFT_STACK_HOLD_MS");
+}
+BENCHMARK(BM_BurstAfterIdle)
+    ->ArgName("hold_ms")
+    ->Arg(0)
+    ->Arg(1000)
+    ->Iterations(6)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 } // namespace
 

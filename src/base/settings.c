@@ -84,6 +84,10 @@ static const setting table[] = {
      "1 (or on): one line on stderr per CPU map call site and decision, saying why; 2: every call"},
     {"WEFT_DEADLOCK_MS", S_MS0, NO_CFG, OUT(deadlock_ms), 10000, 0, UINT32_MAX,
      "report fibers parked with nothing to wake them after this long without progress; 0: off"},
+    {"WEFT_STACK_HOLD_MS", S_MS0, NO_CFG, OUT(stack_hold_ms), 1000, 0, UINT32_MAX,
+     "an idle fiber runtime keeps the stacks of its last burst of fibers for this long (their pages stay "
+     "committed: the next burst pays no page faults for them), then gives back those above its floor "
+     "(64 MiB of stack) over four times as long; 0: gives them back after 100 ms without work"},
     {"WEFT_STACK_GUARD", S_TEXT, NO_CFG, OUT(stack_guard), 0, 0, 0,
      "madv, mprotect or none: how stack guard pages are made; default: madv where the kernel has "
      "MADV_GUARD_INSTALL, else mprotect"},

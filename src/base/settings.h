@@ -23,8 +23,9 @@ typedef struct weft__settings {
   unsigned io_uring;         /* WEFT_IO_URING: 0 off, 1 files (the ring the wait point from then on), 2 all */
   bool migrate;              /* WEFT_MIGRATE */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX */
-  unsigned explain;     /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */
-  unsigned deadlock_ms; /* WEFT_DEADLOCK_MS: report fibers parked with nothing to wake them; 0 off */
+  unsigned explain;       /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */
+  unsigned deadlock_ms;   /* WEFT_DEADLOCK_MS: report fibers parked with nothing to wake them; 0 off */
+  unsigned stack_hold_ms; /* WEFT_STACK_HOLD_MS: an idle runtime keeps a burst's stacks this long */
   char stack_guard[WEFT__SETTING_TEXT]; /* WEFT_STACK_GUARD as given ("" unset): fiber/stack.c parses it */
   char dump_signal[WEFT__SETTING_TEXT]; /* WEFT_DUMP_SIGNAL as given ("" unset): api/inspect.c parses it */
   char places[WEFT__SETTING_TEXT];      /* WEFT_PLACES as given ("" unset): base/places.c parses it */

@@ -206,8 +206,10 @@ enum { RT_STOPPED = 0, RT_RUNNING = 1, RT_STOPPING = 2 };
 
 /* Arenas an idle carrier trims at a time (about 20 µs each) before it looks for work again. */
 #define TRIM_BATCH 4
-/* How long a carrier stays without work before it gives stacks back. */
+/* How long a carrier stays without work before it gives stacks back (stack.c decides how many, by the
+ * carrier's idle time), and how long it waits to look again when none were due. */
 #define TRIM_IDLE_NS (100 * 1000000LL)
+#define TRIM_STEP_NS (250 * 1000000LL)
 
 /* How long a compensation carrier stays without work before it retires. */
 #define RETIRE_NS (200 * 1000000LL)
@@ -1367,18 +1369,23 @@ static weft__fiber *find_runnable(weft__carrier *c) {
     /*
      * Nothing to run. Once that has lasted TRIM_IDLE_NS, give stacks back, a
      * batch at a time, looking for work in between: sooner, and a burst that
-     * follows a burst would map again what the first one just let go.
+     * follows a burst would map again what the first one just let go. How
+     * many are due depends on how long the carrier has been idle (stack.c
+     * keeps a burst's stacks for a while, then lets them go over seconds);
+     * when none are due yet, it looks again TRIM_STEP_NS later.
      */
     int64_t now = weft__mono_ns();
     if (!c->idle_since) c->idle_since = now;
     if (weft__stack_excess()) {
-      if (now - c->idle_since >= TRIM_IDLE_NS) {
+      int64_t trim_at = c->idle_since + TRIM_IDLE_NS;
+      if (trim_at < c->trim_after) trim_at = c->trim_after;
+      if (now >= trim_at) {
         /* Our cache too, so that the trim can empty whole chunks (it refills from the pool later). */
         weft__stack_cache_flush();
-        weft__stack_trim(TRIM_BATCH);
+        int64_t hold = (int64_t)rt.settings.stack_hold_ms * 1000000;
+        if (weft__stack_trim(TRIM_BATCH, now - c->idle_since, hold) == 0) c->trim_after = now + TRIM_STEP_NS;
         continue;
       }
-      int64_t trim_at = c->idle_since + TRIM_IDLE_NS;
       if (wake_at < 0 || trim_at < wake_at) wake_at = trim_at;
     }
 

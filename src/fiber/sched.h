@@ -77,6 +77,7 @@ typedef struct weft__carrier {
   unsigned id;
   bool extra;         /* a compensation carrier (pinning): retires when idle with no fibers */
   int64_t idle_since; /* extra carriers: when the carrier last ran out of work, 0 when busy */
+  int64_t trim_after; /* no stack trim before this time: the last one found nothing due yet */
   pthread_t thread;
 
   /* --- shared --- */

@@ -57,11 +57,27 @@
  *
  * Freeing never makes a system call. Once a carrier has had nothing to do for
  * a while (sched.c: TRIM_IDLE_NS) it flushes its cache to the pool and calls
- * weft__stack_trim, a bounded step at a time, looking for work in between:
+ * weft__stack_trim, a bounded step at a time, looking for work in between,
+ * with how long it has been idle:
  *
  *  - Free stacks whose pages may be committed ("dirty": used since their
- *    last trim) beyond pool_max (the high-water mark: 64 MiB of stack, 256
- *    stacks of 256 KiB) get MADV_DONTNEED, an arena at a time: one call over
+ *    last trim) beyond what the pool keeps at that idle age get
+ *    MADV_DONTNEED. It keeps all that its last burst left (pool.recent, the
+ *    most dirty stacks it held since it was last down to its floor) for
+ *    WEFT_STACK_HOLD_MS (default 1 s) of idleness, then a straight line down
+ *    to its floor, pool_max (64 MiB of stack, 256 stacks of 256 KiB), over
+ *    four times as long. Any work ends the idle time, and a burst during the
+ *    decay raises the mark again. Why hold at all: a burst that comes back
+ *    finds its stacks committed. Given back at the first trim, 100 ms into
+ *    the idle time (WEFT_STACK_HOLD_MS=0, the policy before), every burst of
+ *    more than pool_max fibers after a pause paid again for its stacks:
+ *    carved anew once their chunk was unmapped, and a page fault for every
+ *    page a fiber touches (2,000 fibers, each using 16 KiB of stack and
+ *    sleeping 2 ms, a burst every 0.5 s: 16-25 ms of CPU a burst, against
+ *    4-12 ms with the hold; docs/benchmarks.md). The cost is memory that
+ *    stays committed for seconds after a burst, as malloc implementations
+ *    decay theirs (jemalloc's dirty_decay_ms, 10 s by default).
+ *    Trimming is an arena at a time: one call over
  *    the whole arena when all its stacks are free, else one vector of ranges.
  *    Guards survive it (the kernel keeps guard markers across DONTNEED, and a
  *    PROT_NONE guard is its own mapping), so a trimmed stack is reused later
@@ -71,9 +87,10 @@
  *    markers keep a page-table page alive per 2 MiB of stacks (about 640
  *    bytes per stack at the default size) for as long as the chunk is mapped.
  *
- * So after a burst at most pool_max + cache_max per carrier stacks keep their
- * pages, and no fiber ever pays for a shootdown: there is one per arena
- * trimmed or chunk unmapped, off the hot path.
+ * So five holds after a burst (5 s by default) at most pool_max + cache_max
+ * per carrier stacks keep their pages, and no fiber ever pays for a
+ * shootdown: there is one per arena trimmed or chunk unmapped, off the hot
+ * path.
  *
  * Pre-faulting (MADV_POPULATE_WRITE over the top pages of a fresh arena, one
  * call for all its stacks) was measured and lost: 2.79 µs against 2.70 µs a
@@ -278,7 +295,8 @@ static struct {
   size_t arena_stacks;   /* stacks per arena */
   size_t cache_max;      /* bound of each thread cache */
   size_t batch;          /* stacks moved per transfer between a cache and the pool */
-  size_t pool_max;       /* dirty pooled stacks a trim keeps */
+  size_t pool_max;       /* dirty pooled stacks a trim keeps for good (the floor) */
+  size_t recent;         /* the most dirty pooled stacks since the pool was last trimmed to the floor */
   _Atomic size_t excess; /* a hint for weft__stack_excess, updated under the lock */
   int method;            /* GUARD_*: the method new stacks get */
   bool nohuge;           /* madvise(MADV_NOHUGEPAGE) each new chunk (see thp_needs_nohuge) */
@@ -788,6 +806,7 @@ static void pool_put(stack_slot *list) {
 
 /* The hint: dirty stacks a trim would give back, plus chunks it would unmap. pool.lock. */
 static void update_excess_locked(void) {
+  if (pool.ndirty > pool.recent) pool.recent = pool.ndirty;
   size_t e = pool.ndirty > pool.pool_max ? pool.ndirty - pool.pool_max : 0;
   atomic_store_explicit(&pool.excess, e + pool.nreleasable, memory_order_relaxed);
 }
@@ -815,12 +834,30 @@ static void arena_decommit(arena *a, stack_slot *list, uint32_t nfree) {
   errno = saved;
 }
 
-size_t weft__stack_trim(size_t max) {
+/*
+ * The dirty stacks a trim keeps for a caller idle for idle_ns: all that the
+ * last burst left (pool.recent) for hold_ns, then fewer, in a straight line,
+ * down to the floor (pool_max) WEFT__STACK_DECAY_PER_HOLD x hold_ns later.
+ * pool.lock.
+ */
+static size_t keep_locked(int64_t idle_ns, int64_t hold) {
+  if (hold <= 0) return pool.pool_max;
+  if (hold > INT64_MAX / 16) hold = INT64_MAX / 16; /* so that hold + decay cannot overflow */
+  int64_t decay = WEFT__STACK_DECAY_PER_HOLD * hold;
+  if (idle_ns >= hold + decay || pool.recent <= pool.pool_max) return pool.pool_max;
+  if (idle_ns <= hold) return pool.recent;
+  double left = (double)(hold + decay - idle_ns) / (double)decay;
+  return pool.pool_max + (size_t)((double)(pool.recent - pool.pool_max) * left);
+}
+
+size_t weft__stack_trim(size_t max, int64_t idle_ns, int64_t hold_ns) {
   pthread_once(&once, once_init);
   size_t work = 0;
   pthread_mutex_lock(&pool.lock);
-  /* Dirty stacks beyond the high-water mark, from the highest addresses down. */
-  for (chunk *c = pool.chunks_tail; c && work < max && pool.ndirty > pool.pool_max;) {
+  if (pool.ndirty > pool.recent) pool.recent = pool.ndirty;
+  size_t keep = keep_locked(idle_ns, hold_ns);
+  /* Dirty stacks beyond what this age keeps, from the highest addresses down. */
+  for (chunk *c = pool.chunks_tail; c && work < max && pool.ndirty > keep;) {
     arena *a = NULL;
     if (c->ndirty)
       for (uint32_t i = c->ncarved; i-- > 0;)
@@ -883,7 +920,8 @@ size_t weft__stack_trim(size_t max) {
     c = prev;
   }
   update_excess_locked();
-  size_t left = atomic_load_explicit(&pool.excess, memory_order_relaxed);
+  if (pool.ndirty <= pool.pool_max) pool.recent = pool.ndirty; /* down to the floor: the burst is over */
+  size_t left = (pool.ndirty > keep ? pool.ndirty - keep : 0) + pool.nreleasable;
   pthread_mutex_unlock(&pool.lock);
   return left;
 }
@@ -1075,6 +1113,7 @@ void weft__stack_fini(void) {
     }
   }
   pool.nfree = pool.ndirty = 0;
+  pool.recent = 0;
   atomic_store_explicit(&pool.excess, 0, memory_order_relaxed);
   /* The pidfd is reopened at the next use: a stopped runtime holds no descriptor. */
   if (pool.pidfd >= 0) close(pool.pidfd);

@@ -51,14 +51,22 @@ void weft__stack_free(void *cookie);
 
 /*
  * Trimming, for idle carriers. weft__stack_excess is a hint (no lock): how
- * much memory the pool holds beyond what it keeps, in stacks whose pages may
- * be committed, plus mappings that hold no stack at all. weft__stack_trim
- * gives back up to `max` arenas' worth (MADV_DONTNEED over free stacks,
- * munmap of mappings left empty) and returns the excess left. Neither runs
- * on a hot path; each arena is one system call.
+ * much memory the pool holds beyond what it keeps for good (its floor), in
+ * stacks whose pages may be committed, plus mappings that hold no stack at
+ * all. weft__stack_trim is called by a caller that has been idle for
+ * idle_ns: it gives back up to `max` arenas' worth of what the pool no
+ * longer keeps at that age (MADV_DONTNEED over free stacks, munmap of
+ * mappings left empty) and returns what is left beyond it, 0 when nothing
+ * more is due now. The pool keeps all that its last burst used for hold_ns
+ * of idle time, then lets the part above the floor go in proportion to the
+ * time, over WEFT__STACK_DECAY_PER_HOLD x hold_ns (stack.c, "Giving memory
+ * back"); hold_ns = 0 or idle_ns = INT64_MAX: down to the floor now.
+ * Neither runs on a hot path; each arena is one system call.
  */
 size_t weft__stack_excess(void);
-size_t weft__stack_trim(size_t max);
+size_t weft__stack_trim(size_t max, int64_t idle_ns, int64_t hold_ns);
+/* After hold_ns (WEFT_STACK_HOLD_MS), the part above the floor goes back over this many times as long. */
+#define WEFT__STACK_DECAY_PER_HOLD 4
 
 /*
  * Move the calling thread's cache to the pool (a carrier that has been idle
