@@ -412,6 +412,107 @@ static void test_mutex_free_after_unlock(void) {
 static weft_mutex_t g_mu = WEFT_MUTEX_INITIALIZER;
 static weft_cond_t g_cv = WEFT_COND_INITIALIZER;
 
+/* --- a waiter handed the mutex runs first ------------------------------------------------- */
+
+/*
+ * A waiter that is handed the mutex (it has waited HANDOFF_NS, 1 ms) holds
+ * it from then on, so it must run before the fibers already ready on its
+ * carrier, or every one of them that comes to the mutex finds it held and
+ * parks behind it (a convoy). On one carrier, elements: W waits for the
+ * mutex, R_1..R_K for a semaphore; the holder posts the semaphore K times
+ * (the R's ready first) and then unlocks (W handed the mutex): W must run
+ * before every R. Once with a fiber as the holder (W goes to the front of
+ * its carrier's own ready queue), once with a plain thread (W goes through
+ * the carrier's inbox, ahead of the R's readied there first).
+ */
+enum { FIRST_K = 8 };
+
+typedef struct first_run {
+  weft_mutex_t m;
+  weft_sem_t sem, go;
+  atomic_int order, b_running, released;
+  int seq[FIRST_K + 3];
+  bool
+      fiber_holder; /* element 0 holds the mutex (else the test's thread does, and the last element blocks) */
+} first_run;
+
+static int first_elem(void *ctx, size_t i) {
+  first_run *t = ctx;
+  if (t->fiber_holder && i == 0) {
+    weft_mutex_lock(&t->m);
+    weft_sleep_ns(5 * MS); /* W and the R's park meanwhile; W waits past HANDOFF_NS */
+    for (int k = 0; k < FIRST_K; k++) weft_sem_post(&t->sem);
+    weft_mutex_unlock(&t->m);
+    return 0;
+  }
+  size_t w = t->fiber_holder ? 1 : 0;
+  if (!t->fiber_holder && i == FIRST_K + 1) {
+    /* The blocker: keeps the one carrier busy while the thread readies the others. */
+    weft_sem_wait(&t->go, in_ms(10000));
+    atomic_store(&t->b_running, 1);
+    while (!atomic_load(&t->released)) {
+    }
+    return 0;
+  }
+  if (i == w) {
+    weft_mutex_lock(&t->m);
+    t->seq[i] = atomic_fetch_add(&t->order, 1);
+    weft_mutex_unlock(&t->m);
+    return 0;
+  }
+  if (weft_sem_wait(&t->sem, in_ms(10000)) != 0) return -1;
+  t->seq[i] = atomic_fetch_add(&t->order, 1);
+  return 0;
+}
+
+static void first_case(bool fiber_holder) {
+  first_run t;
+  memset(&t, 0, sizeof t);
+  weft_mutex_init(&t.m);
+  weft_sem_init(&t.sem, 0);
+  weft_sem_init(&t.go, 0);
+  t.fiber_holder = fiber_holder;
+  size_t n = FIRST_K + 2; /* the holder (or the blocker), W, the K R's */
+  if (fiber_holder) {
+    CU_ASSERT_EQUAL(weft_pmap(n, first_elem, &t, &blocking), 0);
+  } else {
+    weft_mutex_lock(&t.m);
+    pthread_t pm;
+    pmap_arg pa = {first_elem, &t, n, 0};
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&pm, NULL, pmap_main, &pa), 0);
+    while (!mu_has_waiter(&t.m)) weft_test_sleep_ms(1);
+    weft_test_sleep_ms(5); /* W waits past HANDOFF_NS; the R's park (they run before the blocker) */
+    weft_sem_post(&t.go);
+    while (!atomic_load(&t.b_running)) {
+    }
+    for (int k = 0; k < FIRST_K; k++) weft_sem_post(&t.sem);
+    weft_mutex_unlock(&t.m); /* hand-off to W, through the carrier's inbox */
+    atomic_store(&t.released, 1);
+    pthread_join(pm, NULL);
+    CU_ASSERT_EQUAL(pa.rc, 0);
+  }
+  size_t w = fiber_holder ? 1 : 0;
+  CU_ASSERT_EQUAL(t.seq[w], 0);
+  if (t.seq[w] != 0)
+    printf("\n  %s holder: the handed waiter ran %d-th of %d", fiber_holder ? "fiber" : "thread",
+           t.seq[w] + 1, FIRST_K + 1);
+  weft_mutex_destroy(&t.m);
+  weft_sem_destroy(&t.sem);
+  weft_sem_destroy(&t.go);
+}
+
+static void test_mutex_handoff_runs_first(void) {
+  if (!weft_test_fibers_expected()) return;
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  c.carriers = 1;
+  CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
+  first_case(true);
+  first_case(false);
+  use_fibers(true); /* the default configuration again */
+}
+
 static void test_cond_errors(void) {
   weft_mutex_t m = WEFT_MUTEX_INITIALIZER;
   weft_cond_t c = WEFT_COND_INITIALIZER;
@@ -1660,6 +1761,7 @@ int main(int argc, char **argv) {
       {"mutex_contention", test_mutex_contention},
       {"mutex_no_starvation", test_mutex_no_starvation},
       {"mutex_free_after_unlock", test_mutex_free_after_unlock},
+      {"mutex_handoff_runs_first", test_mutex_handoff_runs_first},
       {"cond_errors", test_cond_errors},
       {"cond_signal", test_cond_signal},
       {"cond_broadcast", test_cond_broadcast},

@@ -6,6 +6,7 @@
  * remove, which scans):
  *
  *   name##_push(q, e)       append e
+ *   name##_push_front(q, e) put e first
  *   name##_pop(q)           take the first, or NULL
  *   name##_splice(dst, src) append all of src to dst; src becomes empty
  *   name##_remove(q, e)     take e out wherever it is; false when absent
@@ -40,6 +41,13 @@
     else                                                                                                     \
       q->head = e;                                                                                           \
     q->tail = e;                                                                                             \
+    q->len++;                                                                                                \
+  }                                                                                                          \
+                                                                                                             \
+  static inline __attribute__((unused)) void name##_push_front(name *q, type *e) {                           \
+    e->link = q->head;                                                                                       \
+    q->head = e;                                                                                             \
+    if (!q->tail) q->tail = e;                                                                               \
     q->len++;                                                                                                \
   }                                                                                                          \
                                                                                                              \

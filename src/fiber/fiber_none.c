@@ -41,6 +41,10 @@ void weft__fiber_ready(weft__fiber *f) {
   WEFT__UNUSED(f);
   weft__die("weft__fiber_ready without fibers");
 }
+void weft__fiber_ready_first(weft__fiber *f) {
+  WEFT__UNUSED(f);
+  weft__die("weft__fiber_ready_first without fibers");
+}
 void weft__fiber_yield(void) { weft__die("weft__fiber_yield without fibers"); }
 weft__fiber *weft__parkable_self(void) { return NULL; }
 weft__tctx *weft__fiber_tctx_self(void) { return NULL; }

@@ -767,17 +767,21 @@ void weft__fiber_yield(void) {
   to_scheduler(c, c->current, WEFT__AFTER_YIELD);
 }
 
-void weft__fiber_ready(weft__fiber *f) {
+static void ready_on_home(weft__fiber *f, bool first) {
   weft__carrier *home = f->home;
   WEFT__ASSERT(home != NULL); /* only a started fiber parks (flags are its carrier's: not read here) */
   atomic_store_explicit(&f->state, WEFT__FS_RUNNABLE, memory_order_relaxed);
   if (home == tls_carrier) {
-    weft__fq_push(&home->ready, f); /* the owner itself: no lock */
+    /* The owner itself: no lock. */
+    if (first)
+      weft__fq_push_front(&home->ready, f);
+    else
+      weft__fq_push(&home->ready, f);
     return;
   }
   weft__lock_acquire(&home->inbox_lock);
-  weft__fq_push(&home->inbox, f);
-  atomic_store_explicit(&home->inbox_len, home->inbox.len, memory_order_relaxed);
+  weft__fq_push(first ? &home->inbox_first : &home->inbox, f);
+  atomic_store_explicit(&home->inbox_len, home->inbox.len + home->inbox_first.len, memory_order_relaxed);
   /*
    * Wake the carrier before letting go of the lock: once it is released the
    * carrier may run f, f may end, and weft_shutdown may free the carrier and
@@ -786,6 +790,18 @@ void weft__fiber_ready(weft__fiber *f) {
   weft__poller_wake(&home->poller);
   weft__lock_release(&home->inbox_lock);
 }
+
+void weft__fiber_ready(weft__fiber *f) { ready_on_home(f, false); }
+
+/*
+ * First in line: a waiter handed a mutex (sync/mutex.c) holds it from the
+ * hand-off on, so every other locker waits until it has run. At the back
+ * of a busy carrier's ready queue, that is a queue's worth of fibers later,
+ * each of which may come to the mutex, find it held, and park behind it: a
+ * convoy that feeds itself (seen as a bistable slowdown of weft-bench http's
+ * client, whose connection pool is one weft_mutex: docs/benchmarks.md).
+ */
+void weft__fiber_ready_first(weft__fiber *f) { ready_on_home(f, true); }
 
 /* A fiber id: unique for the runtime's life, from a block of the carrier's own (one atomic per block). */
 #define ID_BLOCK 1024
@@ -940,6 +956,11 @@ static void drain_inbox(weft__carrier *c) {
   if (atomic_load_explicit(&c->inbox_len, memory_order_relaxed) == 0) return;
   weft__lock_acquire(&c->inbox_lock);
   weft__fq_splice(&c->ready, &c->inbox);
+  if (c->inbox_first.head) {
+    /* Before what is ready, in the order they came. */
+    weft__fq_splice(&c->inbox_first, &c->ready);
+    weft__fq_splice(&c->ready, &c->inbox_first);
+  }
   atomic_store_explicit(&c->inbox_len, 0, memory_order_relaxed);
   weft__lock_release(&c->inbox_lock);
 }

@@ -91,10 +91,11 @@ typedef struct weft__carrier {
   weft__fq share;                          /* woken fibers offered to idle carriers (WEFT_MIGRATE): homeless
                                               until taken, by a thief or the owner, under share_lock */
   atomic_size_t share_len;                 /* share.len, readable without the lock (a hint) */
-  WEFT__ALIGNED_CL weft__lock inbox_lock;  /* guards inbox */
+  WEFT__ALIGNED_CL weft__lock inbox_lock;  /* guards inbox and inbox_first */
   weft__fq inbox;                          /* fibers readied by other threads */
-  atomic_size_t inbox_len;                 /* inbox.len, readable without the lock (a hint) */
-  WEFT__ALIGNED_CL weft__poller poller;    /* where the carrier sleeps */
+  weft__fq inbox_first;                    /* ... to run before the ready queue (weft__fiber_ready_first) */
+  atomic_size_t inbox_len;              /* inbox.len + inbox_first.len, readable without the lock (a hint) */
+  WEFT__ALIGNED_CL weft__poller poller; /* where the carrier sleeps */
   /*
    * The pinning monitor's view of the carrier, as Go's sysmon sees a P
    * through its schedtick: the owner adds one when a fiber is switched in

@@ -227,7 +227,11 @@ static void unlock_slow(weft_mutex_t *m) {
   if (!weft__sync_claim(w, WEFT__W_WOKEN, &k))
     weft__die("weft_mutex_unlock: a mutex waiter left without the mutex");
   weft__wordlock_release(&m->lock_);
-  weft__sync_wake(&k);
+  /* Handed the mutex, it holds up every other locker until it runs: first in line on its carrier. */
+  if (handoff)
+    weft__sync_wake_first(&k);
+  else
+    weft__sync_wake(&k);
 }
 
 void *weft__mutex_owner(const weft_mutex_t *m) { return owner_of(m); }

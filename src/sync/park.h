@@ -38,5 +38,11 @@ void weft__fiber_park_wait(struct weft__fiber *f, unsigned kind, const void *obj
 
 /* Make a parked fiber runnable (any thread); exactly once per park. */
 void weft__fiber_ready(struct weft__fiber *f);
+/*
+ * The same, but f runs before the fibers already ready on its carrier (not
+ * before the one running there): for a fiber that nobody else can stand in
+ * for until it runs, such as a waiter that was handed a mutex.
+ */
+void weft__fiber_ready_first(struct weft__fiber *f);
 
 #endif /* WEFT_SYNC_PARK_H */

@@ -159,6 +159,14 @@ static inline void weft__sync_wake(const weft__sync_wakeup *k) {
     weft__futex_wake(k->word, 1);
 }
 
+/* The same, a fiber ahead of those ready on its carrier (weft__fiber_ready_first). */
+static inline void weft__sync_wake_first(const weft__sync_wakeup *k) {
+  if (k->fiber)
+    weft__fiber_ready_first(k->fiber);
+  else if (k->word)
+    weft__futex_wake(k->word, 1);
+}
+
 /* Debug checks for misuse that a void call cannot report (destroying a busy object). */
 #if defined(WEFT_TESTING) || !defined(NDEBUG)
 #define WEFT__SYNC_CHECKS 1
