@@ -362,6 +362,7 @@ typedef struct http_totals {
   int64_t gomaxprocs;
   double peak_rss_kb; /* NAN: none read */
   size_t connections_opened;
+  size_t served;         /* the loopback server's responses to this backend's requests, warm-ups included */
   wb_http_client client; /* weft-bench's own backends: kept over the repetitions (client_of) */
 } http_totals;
 
@@ -376,6 +377,7 @@ typedef struct http_cmd {
   bool have_page;
   wb_server *srv;
   wb_server_stats srv_stats;
+  atomic_size_t served; /* the loopback server's responses (its page counts them) */
   int backlog;
   char url[1100]; /* the URL the clients GET */
   float *lat;     /* a latency per request */
@@ -485,6 +487,8 @@ static int http_start(wb_driver *d) {
       snprintf(err, sizeof err, "out of memory");
     } else {
       c->have_page = true;
+      atomic_init(&c->served, 0);
+      c->page.served = &c->served;
       /*
        * The loopback server runs on fibers; without them (WEFT_FIBERS=0) a
        * server connection would hold one of the fallback's few threads for
@@ -617,7 +621,7 @@ static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *
  * whatever ran between its repetitions (weft-uring restarts the runtime, whose
  * fiber stacks go with it; an idle runtime gives stack memory back).
  */
-static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
+static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   http_cmd *c = d->ctx;
   http_totals *t = r->state;
   run_result res;
@@ -663,6 +667,16 @@ static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   t->retries += res.retries;
   t->reconnects += res.reconnects;
   return 0;
+}
+
+/* One run, and what the loopback server served for it (the server's count, before and after). */
+static int http_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
+  http_cmd *c = d->ctx;
+  http_totals *t = r->state;
+  size_t before = c->have_page ? atomic_load(&c->served) : 0;
+  int rc = http_run_counted(d, r, phase, s);
+  if (c->have_page) t->served += atomic_load(&c->served) - before;
+  return rc;
 }
 
 /* Close the kept clients' idle connections (before the loopback server stops: they end cleanly). */
@@ -715,6 +729,9 @@ static int http_record(wb_driver *d, const wb_run *r, json_t *rec) {
              : wb_json_set_null(rec, "server_errors");
   if (rc == 0)
     rc = own ? wb_json_set_int(rec, "listen_backlog", c->backlog) : wb_json_set_null(rec, "listen_backlog");
+  if (rc == 0)
+    rc = own ? wb_json_set_int(rec, "server_requests", (int64_t)t->served)
+             : wb_json_set_null(rec, "server_requests");
   if (rc == 0 && r->id == B_GO && t->go_version[0]) {
     /* The Go program's own process: its dials, its peak RSS (the largest over the repetitions), its runtime.
      */
