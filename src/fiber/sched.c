@@ -9,14 +9,15 @@
  * the hand-written context switch in context_<arch>.S, never by preemption.
  * Each carrier has:
  *
- *   ready   the started fibers that may run now, FIFO. Only the carrier
- *           itself touches it (no lock).
+ *   ready   the started fibers that may run now, FIFO (but a waiter handed a
+ *           mutex, which goes first: weft__fiber_ready_first). Only the
+ *           carrier itself touches it (no lock).
  *   runnext the fiber a source made when one of its fibers parked (below):
  *           it runs once ready is empty, before new work.
  *   spawn   fibers not yet started, FIFO, under a small lock, because idle
  *           carriers steal from it.
  *   inbox   fibers made runnable by other threads, under a lock; the carrier
- *           moves them to `ready`.
+ *           moves them to `ready` (inbox_first: to its front).
  *   timers  a FIFO of deadlines armed in order (O(1) both ways: a burst of
  *           equal sleeps never touches the heap), a binary min-heap for the
  *           rest; only the carrier touches them.

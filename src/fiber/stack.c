@@ -60,28 +60,28 @@
  * weft__stack_trim, a bounded step at a time, looking for work in between,
  * with how long it has been idle:
  *
- *  - Free stacks whose pages may be committed ("dirty": used since their
- *    last trim) beyond what the pool keeps at that idle age get
- *    MADV_DONTNEED. It keeps all that its last burst left (pool.recent, the
- *    most dirty stacks it held since it was last down to its floor) for
- *    WEFT_STACK_HOLD_MS (default 1 s) of idleness, then a straight line down
- *    to its floor, pool_max (64 MiB of stack, 256 stacks of 256 KiB), over
- *    four times as long. Any work ends the idle time, and a burst during the
- *    decay raises the mark again. Why hold at all: a burst that comes back
- *    finds its stacks committed. Given back at the first trim, 100 ms into
- *    the idle time (WEFT_STACK_HOLD_MS=0, the policy before), every burst of
- *    more than pool_max fibers after a pause paid again for its stacks:
- *    carved anew once their chunk was unmapped, and a page fault for every
- *    page a fiber touches (2,000 fibers, each using 16 KiB of stack and
- *    sleeping 2 ms, a burst every 0.5 s: 16-25 ms of CPU a burst, against
- *    4-12 ms with the hold; docs/benchmarks.md). The cost is memory that
- *    stays committed for seconds after a burst, as malloc implementations
- *    decay theirs (jemalloc's dirty_decay_ms, 10 s by default).
- *    Trimming is an arena at a time: one call over
- *    the whole arena when all its stacks are free, else one vector of ranges.
- *    Guards survive it (the kernel keeps guard markers across DONTNEED, and a
- *    PROT_NONE guard is its own mapping), so a trimmed stack is reused later
- *    without any system call but its page fault.
+ *  - Free stacks whose pages may be committed ("dirty": used since their last
+ *    trim) beyond what the pool keeps at that idle age get MADV_DONTNEED. It
+ *    keeps all that its last burst left (pool.recent, the most dirty stacks
+ *    it held since it was last down to its floor) for WEFT_STACK_HOLD_MS
+ *    (default 1 s) of idleness, then a straight line down to its floor,
+ *    pool_max (64 MiB of stack, 256 stacks of 256 KiB), over four times as
+ *    long. Any work ends the idle time, and a burst during the decay raises
+ *    the mark again. Why hold at all: a burst that comes back finds its
+ *    stacks committed. Given back at the first trim, 100 ms into the idle
+ *    time (WEFT_STACK_HOLD_MS=0, the policy before), every burst of more than
+ *    pool_max fibers after a pause paid again for its stacks: carved anew
+ *    once their chunk was unmapped, and a page fault for every page a fiber
+ *    touches (bm_sleep's BurstAfterIdle, 2,000 fibers each using 16 KiB of
+ *    stack and sleeping 2 ms, a burst every 0.5 s: 30-35 ms of CPU a burst,
+ *    against 20-21 ms with the hold; docs/benchmarks.md). The cost is memory
+ *    that stays committed for seconds after a burst, as malloc
+ *    implementations decay theirs (jemalloc's dirty_decay_ms, 10 s by
+ *    default). Trimming is an arena at a time: one call over the whole arena
+ *    when all its stacks are free, else one vector of ranges. Guards survive
+ *    it (the kernel keeps guard markers across DONTNEED, and a PROT_NONE
+ *    guard is its own mapping), so a trimmed stack is reused later without
+ *    any system call but its page fault.
  *  - A chunk with no stack taken and nothing dirty left is unmapped whole
  *    (the first chunk stays), which returns its page tables too: guard
  *    markers keep a page-table page alive per 2 MiB of stacks (about 640
