@@ -49,7 +49,8 @@
 
 static const char echo_help[] =
     "usage: weft-bench echo [--connections C] [--messages M] [--size B]\n"
-    "                       [--backend B[,B...]] [--timeout-ms T] [--repeat K] [--json]\n"
+    "                       [--warmup-connections W] [--backend B[,B...]]\n"
+    "                       [--timeout-ms T] [--repeat K] [--json]\n"
     "\n"
     "C loopback TCP connections at once, each echoing M messages of B bytes (one\n"
     "round trip per message): messages/s, MB/s, round-trip latency percentiles,\n"
@@ -58,6 +59,9 @@ static const char echo_help[] =
     "  --connections C  concurrent connections (default 1000)\n"
     "  --messages M     round trips per connection (default 100)\n"
     "  --size B         bytes per message (default 64)\n"
+    "  --warmup-connections W  connections of the untimed warm-up right before\n"
+    "                   every measurement, min(M, 10) messages each (default C,\n"
+    "                   at most C; 0: none)\n"
     "  --backend B      weft     a fiber per connection on both sides (weft I/O)\n"
     "                   weft-uring  the same with WEFT_IO_URING=2: the carriers\n"
     "                            wait in io_uring, socket reads are ring receives\n"
@@ -73,6 +77,10 @@ static const char echo_help[] =
     "  --json           one JSON object per backend (JSON Lines) on stdout\n"
     "  --help           this text\n"
     "\n"
+    "Every measurement directly follows its warm-up: the go backend's program runs\n"
+    "its own in each of its processes, the others run theirs before each\n"
+    "repetition, so that each is measured after W connections' worth of stacks,\n"
+    "threads and buffers, not after whatever ran between its repetitions.\n"
     "The run needs 2 x C descriptors: the soft limit is raised to the hard limit,\n"
     "and a run that needs more says so and exits 1. Connects that time out (a full\n"
     "accept queue drops SYNs) are retried with backoff. The go backend's figures\n"
@@ -326,13 +334,14 @@ static void measure(const echo_setup *es, int b, size_t connections, float *lat,
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-enum { OPT_CONNECTIONS = 1, OPT_MESSAGES, OPT_SIZE, OPT_TIMEOUT };
+enum { OPT_CONNECTIONS = 1, OPT_MESSAGES, OPT_SIZE, OPT_TIMEOUT, OPT_WARMUP_CONNS };
 
 static const wb_opt echo_opts[] = {
     {"connections", true, OPT_CONNECTIONS},
     {"messages", true, OPT_MESSAGES},
     {"size", true, OPT_SIZE},
     {"timeout-ms", true, OPT_TIMEOUT},
+    {"warmup-connections", true, OPT_WARMUP_CONNS},
     {NULL, false, 0},
 };
 
@@ -361,6 +370,7 @@ static const wb_metric echo_metrics[NMETRICS] = {
 /* What a backend adds up over its repetitions besides the samples. */
 typedef struct echo_totals {
   size_t failed_conns, msgs_failed, server_errors, warmup_errors;
+  size_t accepted; /* weft-bench's own backends: connections their servers accepted, warm-ups included */
   unsigned retries;
   int backlog, listeners;
   /* go: what its records say about the program (the last one's), and its largest peak RSS */
@@ -371,6 +381,7 @@ typedef struct echo_totals {
 
 typedef struct echo_cmd {
   int64_t connections, messages, size, timeout_ms;
+  int64_t warmup_conns; /* --warmup-connections; -1: C */
   echo_setup es;
   float *lat; /* a latency per round trip */
   echo_totals totals[NBACKENDS];
@@ -392,6 +403,9 @@ static int echo_option(wb_driver *d, int id, const char *arg) {
   case OPT_TIMEOUT:
     ok = wb_parse_i64("echo", "timeout-ms", arg, 1, MAX_TIMEOUT_MS, &c->timeout_ms);
     break;
+  case OPT_WARMUP_CONNS:
+    ok = wb_parse_i64("echo", "warmup-connections", arg, 0, MAX_CONNECTIONS, &c->warmup_conns);
+    break;
   }
   return ok ? 0 : WB_EXIT_USAGE;
 }
@@ -401,6 +415,10 @@ static int echo_prepare(wb_driver *d) {
   if (c->connections * c->messages > MAX_SAMPLES)
     return wb_usage_error("echo", "--connections x --messages is %lld, over %d round trips",
                           (long long)(c->connections * c->messages), MAX_SAMPLES);
+  if (c->warmup_conns > c->connections)
+    return wb_usage_error("echo", "--warmup-connections %lld is more than --connections %lld",
+                          (long long)c->warmup_conns, (long long)c->connections);
+  if (c->warmup_conns < 0) c->warmup_conns = c->connections;
   /* Both ends of every connection live in this process, plus a listener and weft's own descriptors. */
   uint64_t fd_limit;
   if (wb_net_fd_limit("echo", (uint64_t)c->connections * 2 + 64, &fd_limit) < 0) return WB_EXIT_FAIL;
@@ -421,6 +439,7 @@ static int echo_args(wb_driver *d, wb_args *a) {
   wb_args_int(a, "--connections", c->connections);
   wb_args_int(a, "--messages", c->messages);
   wb_args_int(a, "--size", c->size);
+  wb_args_int(a, "--warmup-connections", c->warmup_conns);
   wb_args_picked(d, a);
   wb_args_int(a, "--timeout-ms", c->timeout_ms);
   wb_args_repeat(d, a);
@@ -525,17 +544,21 @@ static int measure_go(const echo_setup *es, size_t connections, size_t warm_conn
   return 0;
 }
 
-/* The warm-up, untimed, on a few connections: weft's carriers and stacks, the thread library's caches. */
+/*
+ * The warm-up, untimed: W connections of min(M, 10) messages (weft's
+ * carriers and fiber stacks, the threads' stacks, the sockets' buffers),
+ * once in the driver's warm-up phase and again right before every timed
+ * repetition, as the go program runs it in each of its processes: each
+ * backend is measured after the same warm-up, not after whatever ran
+ * between its repetitions (weft-uring restarts the runtime, an idle runtime
+ * gives stack memory back).
+ */
 static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   echo_cmd *c = d->ctx;
   echo_totals *t = r->state;
   echo_setup es = c->es;
   size_t conns = (size_t)c->connections;
-  size_t warm_conns = conns < 50 ? conns : 50, warm_msgs = es.messages < 10 ? es.messages : 10;
-  if (phase == WB_WARMUP) {
-    es.messages = warm_msgs;
-    conns = warm_conns;
-  }
+  size_t warm_conns = (size_t)c->warmup_conns, warm_msgs = es.messages < 10 ? es.messages : 10;
   run_result res;
   if (r->id == B_GO) {
     /* The go program warms itself up in each of its processes; here, only whether it is there. */
@@ -545,17 +568,31 @@ static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
     int rc = measure_go(&es, conns, warm_conns, warm_msgs, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else {
+    if (warm_conns) {
+      echo_setup wes = es;
+      wes.messages = warm_msgs;
+      measure(&wes, r->id, warm_conns, c->lat, &res);
+      t->warmup_errors += res.failed_conns + res.srv.errors;
+      t->accepted += res.srv.accepted;
+      if (phase == WB_WARMUP) {
+        s->quiet = true;
+        if (res.failed_conns || res.srv.errors) {
+          s->failed = true;
+          snprintf(s->error, sizeof s->error, "%s", res.first_error);
+        }
+        return 0;
+      }
+    } else if (phase == WB_WARMUP) {
+      return 0;
+    }
     measure(&es, r->id, conns, c->lat, &res);
+    t->accepted += res.srv.accepted;
   }
   /* Failed connections are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
   if (res.failed_conns || res.srv.errors) {
     s->failed = true;
     snprintf(s->error, sizeof s->error, "%s", res.first_error);
-  }
-  if (phase == WB_WARMUP) {
-    t->warmup_errors = res.failed_conns + res.srv.errors;
-    return 0;
   }
   double sec = res.elapsed_ms / 1000.0;
   s->ms = res.elapsed_ms;
@@ -591,6 +628,11 @@ static int echo_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0) rc = wb_json_set_int(rec, "messages_failed", (int64_t)t->msgs_failed);
   if (rc == 0) rc = wb_json_set_int(rec, "server_errors", (int64_t)t->server_errors);
   if (rc == 0) rc = wb_json_set_int(rec, "warmup_errors", (int64_t)t->warmup_errors);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_connections", c->warmup_conns);
+  if (rc == 0)
+    rc = r->id == B_GO ? wb_json_set_null(rec, "server_connections")
+                       : wb_json_set_int(rec, "server_connections", (int64_t)t->accepted);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_messages", c->messages < 10 ? c->messages : 10);
   if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
   if (rc == 0) rc = wb_json_set_int(rec, "listen_backlog", t->backlog);
   if (rc == 0) rc = wb_json_set_int(rec, "listeners", t->listeners);
@@ -701,6 +743,7 @@ int wb_cmd_echo(int argc, char **argv) {
   c.messages = 100;
   c.size = 64;
   c.timeout_ms = 30000;
+  c.warmup_conns = -1;
   /*
    * The default list has go when its program is there. Asked for by name
    * without it, go is skipped with the reason, as in every command.
