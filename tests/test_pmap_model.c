@@ -381,8 +381,14 @@ static void test_explain_env(void) {
   for (char *p = err; (p = strstr(p, "weft: pmap n=4 at ")) != NULL; p++) lines++;
   CU_ASSERT(lines >= 1);
   CU_ASSERT(lines <= 6);
-  CU_ASSERT_PTR_NOT_NULL(strstr(err, "ran on the caller"));
-  if (lines < 1 || lines > 6) printf("\n  stderr:\n%s\n", err);
+  /*
+   * A decision is named; which one belongs to pmap_cpu/small_on_caller, as in explain_flag: a slow
+   * machine (qemu's aarch64 emulation in CI) can time a tiny element at milliseconds, and then the
+   * model forks, rightly.
+   */
+  bool named = strstr(err, "ran on the caller") || strstr(err, "workers in");
+  CU_ASSERT_TRUE(named);
+  if (lines < 1 || lines > 6 || !named) printf("\n  stderr:\n%s\n", err);
 }
 
 /* --- a site whose elements become dear (model.h) ----------------------------------- */
