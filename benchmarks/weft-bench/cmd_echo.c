@@ -548,10 +548,10 @@ static int measure_go(const echo_setup *es, size_t connections, size_t warm_conn
  * The warm-up, untimed: W connections of min(M, 10) messages (weft's
  * carriers and fiber stacks, the threads' stacks, the sockets' buffers),
  * once in the driver's warm-up phase and again right before every timed
- * repetition, as the go program runs it in each of its processes: each
- * backend is measured after the same warm-up, not after whatever ran
- * between its repetitions (weft-uring restarts the runtime, an idle runtime
- * gives stack memory back).
+ * repetition (WB_CMD_WARMUP_EACH), as the go program runs it in each of its
+ * processes: each backend is measured after the same warm-up, not after
+ * whatever ran between its repetitions (weft-uring restarts the runtime, an
+ * idle runtime gives stack memory back).
  */
 static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   echo_cmd *c = d->ctx;
@@ -567,24 +567,20 @@ static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
       return wb_go_find("weft-go-echo", path, sizeof path, s->error, sizeof s->error) < 0 ? WB_SKIP : 0;
     int rc = measure_go(&es, conns, warm_conns, warm_msgs, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
-  } else {
-    if (warm_conns) {
-      echo_setup wes = es;
-      wes.messages = warm_msgs;
-      measure(&wes, r->id, warm_conns, c->lat, &res);
-      t->warmup_errors += res.failed_conns + res.srv.errors;
-      t->accepted += res.srv.accepted;
-      if (phase == WB_WARMUP) {
-        s->quiet = true;
-        if (res.failed_conns || res.srv.errors) {
-          s->failed = true;
-          snprintf(s->error, sizeof s->error, "%s", res.first_error);
-        }
-        return 0;
-      }
-    } else if (phase == WB_WARMUP) {
-      return 0;
+  } else if (phase == WB_WARMUP) {
+    if (!warm_conns) return 0;
+    echo_setup wes = es;
+    wes.messages = warm_msgs;
+    measure(&wes, r->id, warm_conns, c->lat, &res);
+    t->warmup_errors += res.failed_conns + res.srv.errors;
+    t->accepted += res.srv.accepted;
+    s->quiet = true;
+    if (res.failed_conns || res.srv.errors) {
+      s->failed = true;
+      snprintf(s->error, sizeof s->error, "%s", res.first_error);
     }
+    return 0;
+  } else {
     measure(&es, r->id, conns, c->lat, &res);
     t->accepted += res.srv.accepted;
   }
@@ -725,7 +721,7 @@ static const wb_command echo_command = {
     .metrics = echo_metrics,
     .nmetrics = NMETRICS,
     .max_repeat = 1000,
-    .flags = WB_CMD_WARMUP,
+    .flags = WB_CMD_WARMUP | WB_CMD_WARMUP_EACH,
     .option = echo_option,
     .prepare = echo_prepare,
     .args = echo_args,

@@ -614,12 +614,12 @@ static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *
 
 /*
  * The warm-up phase (W requests, untimed) starts weft's carriers, the OpenMP
- * team and the server's fibers, and makes each client; then every timed
- * repetition of weft-bench's own backends runs W requests more, untimed,
- * right before the R it times, as the go backend's program does in each of
- * its processes: a backend is measured as it runs after W requests, not after
- * whatever ran between its repetitions (weft-uring restarts the runtime, whose
- * fiber stacks go with it; an idle runtime gives stack memory back).
+ * team and the server's fibers, and makes each client. The driver runs it
+ * once more right before every timed repetition (WB_CMD_WARMUP_EACH), as the
+ * go backend's program does in each of its processes: a backend is measured
+ * as it runs after W requests, not after whatever ran between its
+ * repetitions (weft-uring restarts the runtime, whose fiber stacks go with
+ * it; an idle runtime gives stack memory back).
  */
 static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   http_cmd *c = d->ctx;
@@ -632,21 +632,17 @@ static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *
       return wb_go_find("weft-go-httpget", path, sizeof path, s->error, sizeof s->error) < 0 ? WB_SKIP : 0;
     int rc = measure_go(c, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
-  } else {
-    if (c->warmup) {
-      measure(&c->hs, r->id, c->warmup, (size_t)c->concurrency, c->lat, &t->client, &res);
-      t->warmup_errors += res.errors;
-      if (phase == WB_WARMUP) {
-        if (res.errors) {
-          s->quiet = true;
-          s->failed = true;
-          snprintf(s->error, sizeof s->error, "%s", res.first_error);
-        }
-        return 0;
-      }
-    } else if (phase == WB_WARMUP) {
-      return 0;
+  } else if (phase == WB_WARMUP) {
+    if (!c->warmup) return 0;
+    measure(&c->hs, r->id, c->warmup, (size_t)c->concurrency, c->lat, &t->client, &res);
+    t->warmup_errors += res.errors;
+    s->quiet = true;
+    if (res.errors) {
+      s->failed = true;
+      snprintf(s->error, sizeof s->error, "%s", res.first_error);
     }
+    return 0;
+  } else {
     measure(&c->hs, r->id, (size_t)c->requests, (size_t)c->concurrency, c->lat, &t->client, &res);
   }
   /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
@@ -823,7 +819,7 @@ static const wb_command http_command = {
     .metrics = http_metrics,
     .nmetrics = NMETRICS,
     .max_repeat = 1000,
-    .flags = WB_CMD_WARMUP,
+    .flags = WB_CMD_WARMUP | WB_CMD_WARMUP_EACH,
     .option = http_option,
     .prepare = http_prepare,
     .args = http_args,

@@ -386,6 +386,12 @@ static void repetitions(wb_driver *d) {
       wb_run *r = &d->runs[wb_interleave((size_t)rep, k, d->nruns)];
       done++;
       if (r->skipped || r->stopped) continue;
+      if (d->cmd->flags & WB_CMD_WARMUP_EACH) {
+        wb_progress(true, "[%zu/%zu] %s (warm-up of repetition %lld of %lld)", done, total, wb_run_label(r),
+                    (long long)rep + 1, (long long)d->repeat);
+        repetition(d, r, WB_WARMUP);
+        if (r->skipped || r->stopped) continue;
+      }
       wb_progress(true, "[%zu/%zu] %s (repetition %lld of %lld)", done, total, wb_run_label(r),
                   (long long)rep + 1, (long long)d->repeat);
       repetition(d, r, WB_MEASURE);

@@ -15,8 +15,11 @@
  *   4. the warm-up (WB_CMD_WARMUP): each run once, untimed, in order;
  *   5. R repetitions, the runs interleaved (repetition r starts with run
  *      r mod N), each calling run() for one sample: its wall time and the
- *      command's figures; a case that cannot run here is skipped with a
- *      message (once per reason), a failure is told on stderr;
+ *      command's figures; with WB_CMD_WARMUP_EACH each such call directly
+ *      follows an untimed one (phase WB_WARMUP) of the same run, so that
+ *      every repetition is measured as its warm-up leaves the backend, not
+ *      as the other runs left it; a case that cannot run here is skipped
+ *      with a message (once per reason), a failure is told on stderr;
  *   6. finish(), then either the JSON records (one per run: the common keys,
  *      the command's record(), the timing keys, every figure as its median
  *      with its min, max and samples as the metric table asks, the
@@ -136,6 +139,7 @@ typedef struct wb_command {
 enum {
   WB_CMD_WARMUP = 1u << 0,            /* each run first runs once, untimed (WB_WARMUP) */
   WB_CMD_ARGS_AFTER_WARMUP = 1u << 1, /* the warm-up chooses values that the command line spells out */
+  WB_CMD_WARMUP_EACH = 1u << 2,       /* and every timed repetition directly follows one more (WB_WARMUP) */
 };
 
 /* The command's options take ids below this one. */
