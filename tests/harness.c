@@ -134,6 +134,18 @@ bool weft_test_fibers_expected(void) {
   return strcmp(i.context_switch, "none") != 0;
 }
 
+weft_config weft_test_config(void) {
+  weft_shutdown();
+  weft_config c;
+  weft_config_init(&c);
+  return c;
+}
+
+int weft_test_default_config(void) {
+  weft_config c = weft_test_config();
+  return weft_configure(&c);
+}
+
 void weft_test_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {

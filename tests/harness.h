@@ -119,6 +119,16 @@ bool weft_test_can_fork(void);
  */
 bool weft_test_debug_checks(void);
 
+/*
+ * Shut weft down and return the default configuration, for a test that
+ * changes a field or two and passes it to weft_configure:
+ *   weft_config c = weft_test_config(); c.carriers = 1; weft_configure(&c);
+ * weft_test_default_config() puts the defaults back afterwards (0, or
+ * weft_configure's error).
+ */
+weft_config weft_test_config(void);
+int weft_test_default_config(void);
+
 /* Sleep the calling OS thread (never parks). */
 void weft_test_sleep_ms(int ms);
 

@@ -65,9 +65,7 @@ static void test_compensation(void) {
 
 static void test_max_carriers_bound(void) {
   if (!weft_test_fibers_expected()) return;
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.max_carriers = weft_test_cpus() + 2;
   CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
   pinners p;
@@ -75,9 +73,7 @@ static void test_max_carriers_bound(void) {
   p.sleep_ms = 50;
   CU_ASSERT_EQUAL(weft_pmap(24, pin_fn, &p, &blocking), 0);
   CU_ASSERT(atomic_load(&p.peak_carriers) <= weft_test_cpus() + 2);
-  weft_shutdown();
-  weft_config_init(&c);
-  CU_ASSERT_EQUAL(weft_configure(&c), 0);
+  CU_ASSERT_EQUAL(weft_test_default_config(), 0);
 }
 
 /* Fibers that park (weft_sleep_ns) never pin: no extra carrier appears. */
@@ -99,9 +95,7 @@ static void test_parking_never_compensates(void) {
    * Parking fibers run for microseconds, so a 250 ms threshold tells them
    * apart from a preempted carrier.
    */
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.pin_threshold_ms = 250;
   CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
   pinners p;
@@ -109,9 +103,7 @@ static void test_parking_never_compensates(void) {
   CU_ASSERT_EQUAL(weft_pmap(2000, park_fn, &p, &blocking), 0);
   CU_ASSERT_EQUAL(atomic_load(&p.peak_carriers), weft_test_cpus());
   CU_ASSERT_EQUAL(weft_carrier_count(), weft_test_cpus());
-  weft_shutdown();
-  weft_config_init(&c);
-  CU_ASSERT_EQUAL(weft_configure(&c), 0);
+  CU_ASSERT_EQUAL(weft_test_default_config(), 0);
 }
 
 /* A future's body that blocks its carrier for 60 ms. */

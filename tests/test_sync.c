@@ -37,9 +37,7 @@ static size_t scaled(size_t n, size_t slow_div) {
 
 /* Switch blocking work between fibers (fibers = 1: as the environment says) and the thread fallback. */
 static void use_fibers(bool on) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   if (!on) c.fibers = 0;
   CU_ASSERT_EQUAL(weft_configure(&c), 0);
 }
@@ -434,6 +432,7 @@ typedef struct first_run {
   int seq[FIRST_K + 3];
   bool
       fiber_holder; /* element 0 holds the mutex (else the test's thread does, and the last element blocks) */
+  size_t w;         /* W's element: 1 after a fiber holder, else 0 */
 } first_run;
 
 static int first_elem(void *ctx, size_t i) {
@@ -445,7 +444,6 @@ static int first_elem(void *ctx, size_t i) {
     weft_mutex_unlock(&t->m);
     return 0;
   }
-  size_t w = t->fiber_holder ? 1 : 0;
   if (!t->fiber_holder && i == FIRST_K + 1) {
     /* The blocker: keeps the one carrier busy while the thread readies the others. */
     weft_sem_wait(&t->go, in_ms(10000));
@@ -454,7 +452,7 @@ static int first_elem(void *ctx, size_t i) {
     }
     return 0;
   }
-  if (i == w) {
+  if (i == t->w) {
     weft_mutex_lock(&t->m);
     t->seq[i] = atomic_fetch_add(&t->order, 1);
     weft_mutex_unlock(&t->m);
@@ -472,6 +470,7 @@ static void first_case(bool fiber_holder) {
   weft_sem_init(&t.sem, 0);
   weft_sem_init(&t.go, 0);
   t.fiber_holder = fiber_holder;
+  t.w = fiber_holder ? 1 : 0;
   size_t n = FIRST_K + 2; /* the holder (or the blocker), W, the K R's */
   if (fiber_holder) {
     CU_ASSERT_EQUAL(weft_pmap(n, first_elem, &t, &blocking), 0);
@@ -491,11 +490,10 @@ static void first_case(bool fiber_holder) {
     pthread_join(pm, NULL);
     CU_ASSERT_EQUAL(pa.rc, 0);
   }
-  size_t w = fiber_holder ? 1 : 0;
-  CU_ASSERT_EQUAL(t.seq[w], 0);
-  if (t.seq[w] != 0)
+  CU_ASSERT_EQUAL(t.seq[t.w], 0);
+  if (t.seq[t.w] != 0)
     printf("\n  %s holder: the handed waiter ran %d-th of %d", fiber_holder ? "fiber" : "thread",
-           t.seq[w] + 1, FIRST_K + 1);
+           t.seq[t.w] + 1, FIRST_K + 1);
   weft_mutex_destroy(&t.m);
   weft_sem_destroy(&t.sem);
   weft_sem_destroy(&t.go);
@@ -503,14 +501,12 @@ static void first_case(bool fiber_holder) {
 
 static void test_mutex_handoff_runs_first(void) {
   if (!weft_test_fibers_expected()) return;
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.carriers = 1;
   CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
   first_case(true);
   first_case(false);
-  use_fibers(true); /* the default configuration again */
+  CU_ASSERT_EQUAL(weft_test_default_config(), 0);
 }
 
 static void test_cond_errors(void) {
