@@ -98,8 +98,9 @@ static const char http_help[] =
     "even where the runtime was restarted for weft-uring, or gave memory back while\n"
     "other backends ran). With --keepalive the connections a client opens are kept\n"
     "and reused by its later requests (as Go's Transport in its program, and wrk\n"
-    "over its run). A request that fails is counted\n"
-    "and reported, never fatal. The soft descriptor limit is raised to the hard\n"
+    "over its run), and a warm-up first opens the client's pool up to C\n"
+    "connections, so that the timed requests open none. A request that fails is\n"
+    "counted and reported, never fatal. The soft descriptor limit is raised to the hard\n"
     "limit; a run that needs more descriptors than that says so and exits 1.\n"
     "The go backend's CPU time is its program's plus, with weft-bench's own\n"
     "server, that server's share; $WEFT_BENCH_GO_DIR names the folder of the Go\n"
@@ -238,7 +239,7 @@ typedef struct run_result {
   size_t ok, errors;
   char first_error[256];
   wb_latency lat;
-  unsigned retries, reconnects;
+  unsigned retries, reconnects, connects;
 } run_result;
 
 typedef struct http_setup {
@@ -274,8 +275,12 @@ static wb_http_client *client_of(const http_setup *hs, wb_http_client *cl, bool 
   return *err < 0 ? NULL : cl;
 }
 
-/* Run `requests` GETs on backend b with its client; lat must hold `requests` floats. */
-static void measure(const http_setup *hs, int b, size_t requests, size_t concurrency, float *lat,
+/*
+ * Run `requests` GETs on backend b with its client; lat must hold `requests`
+ * floats. fresh: each request opens a connection of its own (kept-alive
+ * ones go to the pool).
+ */
+static void measure(const http_setup *hs, int b, size_t requests, size_t concurrency, bool fresh, float *lat,
                     wb_http_client *kept, run_result *res) {
   memset(res, 0, sizeof *res);
   bool weft = b == B_WEFT || b == B_WEFT_URING;
@@ -289,6 +294,8 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
   }
   atomic_store(&cl->retries, 0);
   atomic_store(&cl->reconnects, 0);
+  atomic_store(&cl->connects, 0);
+  cl->fresh = fresh;
   run_ctx ctx;
   ctx.cl = cl;
   ctx.lat_us = lat;
@@ -313,6 +320,8 @@ static void measure(const http_setup *hs, int b, size_t requests, size_t concurr
   snprintf(res->first_error, sizeof res->first_error, "%s", wb_errors_first(&ctx.errors));
   res->retries = atomic_load(&cl->retries);
   res->reconnects = atomic_load(&cl->reconnects);
+  res->connects = atomic_load(&cl->connects);
+  cl->fresh = false;
   res->lat = wb_latency_summary(lat, requests);
 }
 
@@ -360,8 +369,8 @@ typedef struct http_totals {
   /* go: what its records say about the program (the last one's), its largest peak RSS, its dials */
   char go_version[64];
   int64_t gomaxprocs;
-  double peak_rss_kb; /* NAN: none read */
-  size_t connections_opened;
+  double peak_rss_kb;        /* NAN: none read */
+  size_t connections_opened; /* by the measured requests (go: its program's dials) */
   size_t served;         /* the loopback server's responses to this backend's requests, warm-ups included */
   wb_http_client client; /* weft-bench's own backends: kept over the repetitions (client_of) */
 } http_totals;
@@ -613,14 +622,45 @@ static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *
 }
 
 /*
- * The warm-up phase (W requests, untimed) starts weft's carriers, the OpenMP
- * team and the server's fibers, and makes each client. The driver runs it
- * once more right before every timed repetition (WB_CMD_WARMUP_EACH), as the
- * go backend's program does in each of its processes: a backend is measured
- * as it runs after W requests, not after whatever ran between its
- * repetitions (weft-uring restarts the runtime, whose fiber stacks go with
- * it; an idle runtime gives stack memory back).
+ * The warm-up phase, untimed: with --keepalive, first the client's pool is
+ * topped up to min(C, R) connections, each opened by a request of its own;
+ * then W requests. It starts weft's carriers, the OpenMP team and the
+ * server's fibers, and makes each client. The driver runs it once more right
+ * before every timed repetition (WB_CMD_WARMUP_EACH), as the go backend's
+ * program does in each of its processes: a backend is measured as it runs
+ * after W requests, not after whatever ran between its repetitions
+ * (weft-uring restarts the runtime, whose fiber stacks go with it; an idle
+ * runtime gives stack memory back).
  */
+static void warm_up(http_cmd *c, wb_run *r, http_totals *t, wb_sample *s) {
+  run_result res;
+  size_t want = (size_t)(c->concurrency < c->requests ? c->concurrency : c->requests);
+  size_t have = wb_http_client_idle(&t->client);
+  /*
+   * A pool that holds fewer than C connections opens the rest in a timed
+   * repetition, whenever its requests in flight first reach a new high (a
+   * map ramps up as its elements park). A server takes new connections at
+   * its own pace (nginx accepts one per listener event and loop): 61 fresh
+   * connections left requests of a repetition at 20,000 x 1000 waiting 40 to
+   * 240 ms for their accept. wrk and the go program open their C
+   * connections at once, when their C loops start.
+   */
+  if (c->keepalive && have < want) {
+    measure(&c->hs, r->id, want - have, want, true, c->lat, &t->client, &res);
+    t->warmup_errors += res.errors;
+    if (res.errors) {
+      s->failed = true;
+      snprintf(s->error, sizeof s->error, "%s", res.first_error);
+    }
+  }
+  measure(&c->hs, r->id, c->warmup, (size_t)c->concurrency, false, c->lat, &t->client, &res);
+  t->warmup_errors += res.errors;
+  if (res.errors && !s->failed) {
+    s->failed = true;
+    snprintf(s->error, sizeof s->error, "%s", res.first_error);
+  }
+}
+
 static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   http_cmd *c = d->ctx;
   http_totals *t = r->state;
@@ -633,17 +673,12 @@ static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *
     int rc = measure_go(c, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else if (phase == WB_WARMUP) {
-    if (!c->warmup) return 0;
-    measure(&c->hs, r->id, c->warmup, (size_t)c->concurrency, c->lat, &t->client, &res);
-    t->warmup_errors += res.errors;
     s->quiet = true;
-    if (res.errors) {
-      s->failed = true;
-      snprintf(s->error, sizeof s->error, "%s", res.first_error);
-    }
+    if (c->warmup) warm_up(c, r, t, s);
     return 0;
   } else {
-    measure(&c->hs, r->id, (size_t)c->requests, (size_t)c->concurrency, c->lat, &t->client, &res);
+    measure(&c->hs, r->id, (size_t)c->requests, (size_t)c->concurrency, false, c->lat, &t->client, &res);
+    t->connections_opened += res.connects;
   }
   /* Failed requests are counted and reported, never fatal: the figures stand, the record says "failed". */
   s->quiet = true;
@@ -728,11 +763,10 @@ static int http_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0)
     rc = own ? wb_json_set_int(rec, "server_requests", (int64_t)t->served)
              : wb_json_set_null(rec, "server_requests");
+  if (rc == 0) rc = wb_json_set_int(rec, "connections_opened", (int64_t)t->connections_opened);
   if (rc == 0 && r->id == B_GO && t->go_version[0]) {
-    /* The Go program's own process: its dials, its peak RSS (the largest over the repetitions), its runtime.
-     */
-    rc = wb_json_set_int(rec, "connections_opened", (int64_t)t->connections_opened);
-    if (rc == 0) rc = wb_json_set_num(rec, "peak_rss_kb", t->peak_rss_kb);
+    /* The Go program's own process: its peak RSS (the largest over the repetitions), its runtime. */
+    rc = wb_json_set_num(rec, "peak_rss_kb", t->peak_rss_kb);
     if (rc == 0) rc = wb_json_set_str(rec, "go_version", t->go_version);
     if (rc == 0) rc = wb_json_set_int(rec, "gomaxprocs", t->gomaxprocs);
   }

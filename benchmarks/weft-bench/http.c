@@ -214,9 +214,10 @@ int wb_http_serve(void *ctx, int fd, wb_io io) {
     }
     bool keep = minor == 1 ? !conn_close : (conn_keep && !conn_close);
     int k = keep ? 1 : 0;
+    /* Counted before it is sent, so that a client that has read the answer finds it counted. */
+    if (p->served) atomic_fetch_add_explicit(p->served, 1, memory_order_relaxed);
     int rc = wb_net_write_all(io, fd, p->resp[k], head ? p->head_len[k] : p->resp_len[k], deadline);
     if (rc < 0) return rc;
-    if (p->served) atomic_fetch_add_explicit(p->served, 1, memory_order_relaxed);
     if (!keep) return 0; /* the caller closes: the server's FIN follows the response */
     memmove(buf, buf + end, have - end);
     have -= end;
@@ -310,6 +311,7 @@ int wb_http_client_init(wb_http_client *c) {
   c->nidle = 0;
   atomic_init(&c->retries, 0);
   atomic_init(&c->reconnects, 0);
+  atomic_init(&c->connects, 0);
   wb_str b = {0};
   int rc = wb_str_addf(
       &b, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: weft-bench/%s\r\nAccept: */*\r\n%s\r\n", c->url->path,
@@ -337,6 +339,8 @@ void wb_http_client_fini(wb_http_client *c) {
   c->req = NULL;
   weft_mutex_destroy(&c->mu);
 }
+
+size_t wb_http_client_idle(const wb_http_client *c) { return c->req ? c->nidle : 0; }
 
 static int pool_take(wb_http_client *c) {
   weft_mutex_lock(&c->mu);
@@ -463,7 +467,8 @@ int wb_http_get(wb_http_client *c, wb_http_resp *r) {
   memset(r, 0, sizeof *r);
   int64_t deadline = wb_net_deadline(c->timeout_ns);
   for (int attempt = 0;; attempt++) {
-    int fd = c->keepalive && attempt == 0 ? pool_take(c) : -1; /* a retry: a fresh connection */
+    /* A retry: a fresh connection. */
+    int fd = c->keepalive && attempt == 0 && !c->fresh ? pool_take(c) : -1;
     bool reused = fd >= 0;
     int rc;
     if (fd < 0) {
@@ -472,6 +477,7 @@ int wb_http_get(wb_http_client *c, wb_http_resp *r) {
       rc = left > 0 ? wb_net_connect(c->io, &c->addr, false, left, &fd, &retries) : -ETIMEDOUT;
       if (retries) atomic_fetch_add_explicit(&c->retries, retries, memory_order_relaxed);
       if (rc < 0) return fail(r, "connect", rc, NULL);
+      atomic_fetch_add_explicit(&c->connects, 1, memory_order_relaxed);
     }
     rc = wb_net_write_all(c->io, fd, c->req, c->req_len, deadline);
     bool keep = false, got_any = false;

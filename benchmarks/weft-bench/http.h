@@ -75,6 +75,8 @@ typedef struct wb_http_client {
   size_t expect_len;  /* the body length every response must have; SIZE_MAX: any */
   int64_t timeout_ns; /* the limit of one request (connect included) */
   size_t pool_cap;    /* keep-alive: most idle connections kept (the concurrency) */
+  bool fresh; /* keep-alive: each request opens a connection of its own (and pools it); set between runs only
+               */
   /* state */
   char *req; /* the request line and headers */
   size_t req_len;
@@ -83,9 +85,12 @@ typedef struct wb_http_client {
   size_t nidle;
   atomic_uint retries;    /* connect retries (backoff after a timed-out attempt) */
   atomic_uint reconnects; /* keep-alive: a reused connection the server had closed, retried fresh */
+  atomic_uint connects;   /* connections opened (retries and reconnects included) */
 } wb_http_client;
 
 int wb_http_client_init(wb_http_client *c);
+/* Idle connections in the pool now (not while requests run). */
+size_t wb_http_client_idle(const wb_http_client *c);
 /* Close the idle connections and free the client's state. */
 void wb_http_client_fini(wb_http_client *c);
 
