@@ -13,10 +13,11 @@
  * the server's side, and a run of many short connections cannot use up the
  * client's local ports (it also checks that the server honoured "close").
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE 1 /* sched_getcpu */
 #include "http.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,10 +306,32 @@ int wb_url_parse(const char *s, wb_url *u, char *err, size_t errlen) {
 /* The client                                                                */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The keep-alive pool: a shard per CPU, each a stack of idle connections
+ * under its own mutex (a weft mutex: fibers and threads alike). A request
+ * takes from the shard of the CPU it runs on, else from the first other
+ * shard that has one, and gives its connection back to the shard of the
+ * CPU it ends on. One pool under one mutex was the whole client's meeting
+ * point: whenever the kernel preempted a carrier thread while one of its
+ * fibers held it, every fiber that came to the pool parked, and the client
+ * stayed in that convoy (2.6 parks a request instead of 1) for whole
+ * 100,000-request repetitions, at 0.7x the speed. wrk's threads keep
+ * connections of their own in the same way.
+ */
+#define WB_POOL_SHARDS_MAX 64
+
+typedef struct wb_pool_shard {
+  weft_mutex_t mu;
+  int *fd;         /* idle connections, the last one given back on top; pool_cap of room */
+  atomic_size_t n; /* how many; written under mu, read without it as a hint */
+  char pad[64];    /* one shard per cache line */
+} wb_pool_shard;
+
 int wb_http_client_init(wb_http_client *c) {
   c->req = NULL;
-  c->idle = NULL;
-  c->nidle = 0;
+  c->shards = NULL;
+  c->nshards = 0;
+  atomic_init(&c->nidle, 0);
   atomic_init(&c->retries, 0);
   atomic_init(&c->reconnects, 0);
   atomic_init(&c->connects, 0);
@@ -318,43 +341,90 @@ int wb_http_client_init(wb_http_client *c) {
       c->url->authority, WEFT_VERSION_STRING, c->keepalive ? "" : "Connection: close\r\n");
   if (rc < 0) return rc;
   if (c->keepalive) {
-    c->idle = calloc(c->pool_cap ? c->pool_cap : 1, sizeof *c->idle);
-    if (!c->idle) {
+    long cpus = sysconf(_SC_NPROCESSORS_CONF);
+    size_t n = cpus < 1 ? 1 : cpus > WB_POOL_SHARDS_MAX ? WB_POOL_SHARDS_MAX : (size_t)cpus;
+    size_t room = c->pool_cap ? c->pool_cap : 1;
+    c->shards = calloc(n, sizeof *c->shards);
+    for (size_t i = 0; c->shards && i < n; i++) {
+      c->shards[i].fd = malloc(room * sizeof *c->shards[i].fd);
+      if (!c->shards[i].fd) {
+        for (size_t j = 0; j < i; j++) free(c->shards[j].fd);
+        free(c->shards);
+        c->shards = NULL;
+      }
+    }
+    if (!c->shards) {
       wb_str_free(&b);
       return -ENOMEM;
     }
+    for (size_t i = 0; i < n; i++) {
+      weft_mutex_init(&c->shards[i].mu);
+      atomic_init(&c->shards[i].n, 0);
+    }
+    c->nshards = n;
   }
-  weft_mutex_init(&c->mu);
   c->req = b.s;
   c->req_len = b.len;
   return 0;
 }
 
 void wb_http_client_fini(wb_http_client *c) {
-  for (size_t i = 0; i < c->nidle; i++) wb_net_close(c->idle[i]);
-  c->nidle = 0;
-  free(c->idle);
+  for (size_t i = 0; i < c->nshards; i++) {
+    wb_pool_shard *sh = &c->shards[i];
+    for (size_t k = 0; k < atomic_load(&sh->n); k++) wb_net_close(sh->fd[k]);
+    free(sh->fd);
+    weft_mutex_destroy(&sh->mu);
+  }
+  free(c->shards);
   free(c->req);
-  c->idle = NULL;
+  c->shards = NULL;
+  c->nshards = 0;
+  atomic_store(&c->nidle, 0);
   c->req = NULL;
-  weft_mutex_destroy(&c->mu);
 }
 
-size_t wb_http_client_idle(const wb_http_client *c) { return c->req ? c->nidle : 0; }
+size_t wb_http_client_idle(const wb_http_client *c) { return c->req ? atomic_load(&c->nidle) : 0; }
+
+static size_t my_shard(const wb_http_client *c) {
+  int cpu = sched_getcpu();
+  return cpu < 0 ? 0 : (size_t)cpu % c->nshards;
+}
 
 static int pool_take(wb_http_client *c) {
-  weft_mutex_lock(&c->mu);
-  int fd = c->nidle ? c->idle[--c->nidle] : -1;
-  weft_mutex_unlock(&c->mu);
-  return fd;
+  if (!atomic_load_explicit(&c->nidle, memory_order_relaxed)) return -1;
+  size_t home = my_shard(c);
+  for (size_t k = 0; k < c->nshards; k++) {
+    wb_pool_shard *sh = &c->shards[(home + k) % c->nshards];
+    if (!atomic_load_explicit(&sh->n, memory_order_relaxed)) continue;
+    int fd = -1;
+    weft_mutex_lock(&sh->mu);
+    size_t n = atomic_load_explicit(&sh->n, memory_order_relaxed);
+    if (n) {
+      fd = sh->fd[n - 1];
+      atomic_store_explicit(&sh->n, n - 1, memory_order_relaxed);
+    }
+    weft_mutex_unlock(&sh->mu);
+    if (fd >= 0) {
+      atomic_fetch_sub_explicit(&c->nidle, 1, memory_order_relaxed);
+      return fd;
+    }
+  }
+  return -1;
 }
 
 static void pool_put(wb_http_client *c, int fd) {
-  weft_mutex_lock(&c->mu);
-  bool kept = c->nidle < c->pool_cap;
-  if (kept) c->idle[c->nidle++] = fd;
-  weft_mutex_unlock(&c->mu);
-  if (!kept) wb_net_close(fd);
+  /* At most pool_cap idle in all: each shard has room for that many. */
+  if (atomic_fetch_add_explicit(&c->nidle, 1, memory_order_relaxed) >= c->pool_cap) {
+    atomic_fetch_sub_explicit(&c->nidle, 1, memory_order_relaxed);
+    wb_net_close(fd);
+    return;
+  }
+  wb_pool_shard *sh = &c->shards[my_shard(c)];
+  weft_mutex_lock(&sh->mu);
+  size_t n = atomic_load_explicit(&sh->n, memory_order_relaxed);
+  sh->fd[n] = fd;
+  atomic_store_explicit(&sh->n, n + 1, memory_order_relaxed);
+  weft_mutex_unlock(&sh->mu);
 }
 
 static int fail(wb_http_resp *r, const char *stage, int rc, const char *fmt, ...)

@@ -80,9 +80,9 @@ typedef struct wb_http_client {
   /* state */
   char *req; /* the request line and headers */
   size_t req_len;
-  weft_mutex_t mu; /* protects the idle pool; a weft mutex works between fibers and threads alike */
-  int *idle;       /* idle kept-alive connections */
-  size_t nidle;
+  struct wb_pool_shard *shards; /* the idle kept-alive connections, a shard per CPU (http.c) */
+  size_t nshards;
+  atomic_size_t nidle;    /* idle connections in all shards (at most pool_cap) */
   atomic_uint retries;    /* connect retries (backoff after a timed-out attempt) */
   atomic_uint reconnects; /* keep-alive: a reused connection the server had closed, retried fresh */
   atomic_uint connects;   /* connections opened (retries and reconnects included) */
