@@ -18,6 +18,10 @@
  *                                   loop: ns per lock+unlock
  *   MutexHandoffThreads             the same between two pthreads
  *   PthreadMutexHandoff             the baseline: pthread_mutex, two pthreads
+ *   MutexCrowdFibers/hogs:H         1000 fibers of a map, each taking one weft
+ *                                   mutex twice around a 2 ms sleep, 20 times,
+ *                                   beside H spinning threads: ms per map and
+ *                                   the mutex's parks per lock (a convoy)
  *   MutexUncontended                lock+unlock of a weft mutex, one thread
  *   MutexUncontendedFiber           the same on a fiber
  *   PthreadMutexUncontended         the baseline: pthread_mutex, one thread
@@ -323,6 +327,97 @@ BENCHMARK(BM_MutexHandoffThreads)->UseManualTime();
 
 void BM_PthreadMutexHandoff(benchmark::State &state) { mutex_handoff(state, false, contend_pthread); }
 BENCHMARK(BM_PthreadMutexHandoff)->UseManualTime();
+
+/* --- a crowd on one mutex: the HTTP client's pool -------------------------------------------- */
+
+/*
+ * kCrowd fibers of a BLOCKING map on all carriers, each kRounds times: take
+ * the mutex for a counter increment, let it go, park for kIoNs (an I/O wait's
+ * stand-in), take it again, let it go: the shape of weft-bench http's one
+ * keep-alive pool (take a connection, wait for the response, give it back).
+ * With hogs:N, N plain threads spin through the batch beside the carriers, as
+ * nginx's workers did: the kernel then preempts carrier threads, sometimes in
+ * a holder's critical section. Counters: mutex_parks_per_lock, the parks
+ * beyond the kRounds sleeps of each fiber per lock taken (0 when nobody ever
+ * waits; a convoy makes it near 1), and max_parks_per_lock, the worst batch.
+ */
+constexpr int kCrowd = 1000, kRounds = 20;
+constexpr int64_t kIoNs = 5000000, kWorkNs = 15000;
+
+/* Stay on the CPU for ns (a request's own work: its system calls, its parsing). */
+void busy(int64_t ns) {
+  int64_t end = weft_now_ns() + ns;
+  while (weft_now_ns() < end) {
+  }
+}
+
+struct Crowd {
+  weft_mutex_t m = WEFT_MUTEX_INITIALIZER;
+  int64_t counter = 0; /* under m */
+};
+
+int crowd_elem(void *ctx, size_t) {
+  auto *c = static_cast<Crowd *>(ctx);
+  for (int r = 0; r < kRounds; r++) {
+    weft_mutex_lock(&c->m);
+    c->counter++;
+    weft_mutex_unlock(&c->m);
+    busy(kWorkNs);
+    weft_sleep_ns(kIoNs);
+    weft_mutex_lock(&c->m);
+    c->counter++;
+    weft_mutex_unlock(&c->m);
+  }
+  return 0;
+}
+
+void *hog(void *arg) {
+  auto *stop = static_cast<std::atomic<bool> *>(arg);
+  while (!stop->load(std::memory_order_relaxed)) {
+  }
+  return nullptr;
+}
+
+void BM_MutexCrowdFibers(benchmark::State &state) {
+  if (!weft_fibers_available()) {
+    state.SkipWithError("fibers are not available");
+    return;
+  }
+  int hogs = static_cast<int>(state.range(0));
+  Crowd c;
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.kind = WEFT_BLOCKING;
+  o.max_parallel = kCrowd;
+  double parks = 0, worst = 0;
+  int64_t batches = 0;
+  for (auto _ : state) {
+    std::atomic<bool> stop{false};
+    pthread_t t[8];
+    int started = 0;
+    for (int i = 0; i < hogs && i < 8; i++)
+      if (pthread_create(&t[started], nullptr, hog, &stop) == 0) started++;
+    weft_stats a, b;
+    weft_get_stats(&a);
+    int rc = weft_pmap(kCrowd, crowd_elem, &c, &o);
+    weft_get_stats(&b);
+    stop.store(true);
+    for (int i = 0; i < started; i++) pthread_join(t[i], nullptr);
+    if (rc != 0) {
+      state.SkipWithError("weft_pmap failed");
+      break;
+    }
+    double locks = 2.0 * kCrowd * kRounds;
+    double p = (static_cast<double>(b.parks - a.parks) - static_cast<double>(kCrowd) * kRounds) / locks;
+    parks += p;
+    if (p > worst) worst = p;
+    batches++;
+  }
+  if (c.counter != 2LL * kCrowd * kRounds * batches) state.SkipWithError("lost increments");
+  state.counters["mutex_parks_per_lock"] = batches ? parks / static_cast<double>(batches) : 0;
+  state.counters["max_parks_per_lock"] = worst;
+  state.SetItemsProcessed(2 * kCrowd * kRounds * batches);
+}
+BENCHMARK(BM_MutexCrowdFibers)->Arg(0)->Arg(2)->ArgName("hogs")->UseRealTime()->Unit(benchmark::kMillisecond);
 
 /* --- uncontended ------------------------------------------------------------------------------ */
 

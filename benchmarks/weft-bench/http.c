@@ -324,7 +324,7 @@ typedef struct wb_pool_shard {
   weft_mutex_t mu;
   int *fd;         /* idle connections, the last one given back on top; pool_cap of room */
   atomic_size_t n; /* how many; written under mu, read without it as a hint */
-  char pad[64];    /* one shard per cache line */
+  char pad[64];    /* keeps two shards' words off one cache line */
 } wb_pool_shard;
 
 int wb_http_client_init(wb_http_client *c) {

@@ -84,6 +84,23 @@
  * all within the noise, so the counts stay short: a long spin only takes
  * the CPU from the holder and from everyone else on a small machine.
  *
+ * ==== Convoys still happen (an open problem) ==================================
+ *
+ * Barging keeps two contenders out of a convoy, but not a crowd: bm_sync's
+ * MutexCrowdFibers (1000 fibers of a map on both carriers, each taking the
+ * mutex twice around a 15 us stay on the CPU and a 5 ms sleep, 20 times)
+ * parks once per 2,000 to 10,000 locks in most maps, but in some maps (1 of
+ * 80 alone, 2 of 55 beside two spinning threads, in one run) most locks park
+ * (0.48 to 0.84 parks a lock over the whole map). weft-bench http's
+ * single keep-alive pool (docs/benchmarks.md, section 16) stayed in such a
+ * state for whole 100,000-request repetitions. What keeps it going is not
+ * known. Two changes were measured and not kept: waking every waiter (not
+ * only a handed one) at the front of its carrier's queue (weft-bench http,
+ * 2 convoys in 12 repetitions against 2 in 12), and letting LOCKED go before
+ * taking lock_ in the slow unlock, as Go's Unlock does, with a STARVING bit
+ * for the hand-off (MutexCrowdFibers/hogs:2, a repetition with a convoy map
+ * in 8 of 9 against 6 of 9).
+ *
  * ==== Destroying right after the last unlock ==================================
  *
  * POSIX allows `lock; unlock; destroy; free` in one thread as soon as no one
