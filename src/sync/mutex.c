@@ -106,8 +106,8 @@
  * Counted in lock_slow, a convoy map of the shipped mutex is a hand-off
  * chain: 35,656 lockers queued and 35,504 of them were handed the mutex
  * (each, while its carrier gets round to it, holds everyone up, so the
- * next ones wait past HANDOFF_NS too); in a normal map almost every slow
- * lock is won in the spin. Restarting the next waiter's clock at each
+ * next ones wait past HANDOFF_NS too); in a normal map, a few dozen slow
+ * locks, most of them won in the spin. Restarting the next waiter's clock at each
  * hand-off broke the chain into barging losers re-queued at the front
  * (13,029, with 11,187 hand-offs) and still parked 0.73 a lock. So the
  * hand-off feeds a convoy but is not all of it.
