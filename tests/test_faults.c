@@ -694,9 +694,7 @@ static void test_timer_no_memory(void) {
   if (!weft_test_fibers_expected()) return;
   for (int which = 0; which < 2; which++) {
     /* Fresh carriers (no timer heap yet), and one, so that both fibers share its timers. */
-    weft_shutdown();
-    weft_config c;
-    weft_config_init(&c);
+    weft_config c = weft_test_config();
     c.carriers = 1;
     CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
     atomic_store(&tail_sleeping, false);
@@ -713,9 +711,7 @@ static void test_timer_no_memory(void) {
     fired_per_site[WEFT__F_MALLOC] += atomic_load(&timer_fired);
     CU_ASSERT_EQUAL(atomic_load(&timer_fired), 1);
     CU_ASSERT(ok == (void *)1);
-    weft_shutdown();
-    weft_config_init(&c);
-    CU_ASSERT_EQUAL(weft_configure(&c), 0);
+    CU_ASSERT_EQUAL(weft_test_default_config(), 0);
   }
 }
 
@@ -800,9 +796,7 @@ static void test_armed_here(void) {
 
 static void test_epoll_rearm(void) {
   if (!weft_test_fibers_expected()) return;
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.carriers = 1; /* reader and writer on one carrier, one epoll instance */
   c.io_uring = 0; /* descriptor waits through epoll (io_uring would take sockets too) */
   CU_ASSERT_EQUAL_FATAL(weft_configure(&c), 0);
@@ -854,9 +848,7 @@ static void test_epoll_rearm(void) {
   free(wr.buf);
   close(sv[0]);
   close(sv[1]);
-  weft_shutdown();
-  weft_config_init(&c);
-  weft_configure(&c);
+  (void)weft_test_default_config();
 }
 
 /* --- resource limits, in child processes ----------------------------------------------------------- */
@@ -967,9 +959,7 @@ static long tasks_of_uid(uid_t uid) {
  */
 static void nproc_child(void *arg) {
   long extra = (long)(intptr_t)arg;
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.carriers = 4;
   weft_configure(&c);
   /* This child, once it is nobody's; under ThreadSanitizer also its background thread. */

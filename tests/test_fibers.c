@@ -32,19 +32,12 @@
 static const weft_pmap_opts blocking = {WEFT_BLOCKING, 0, 0, 0};
 
 static void one_carrier(void) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.carriers = 1;
   CU_ASSERT_EQUAL(weft_configure(&c), 0);
 }
 
-static void default_config(void) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
-  CU_ASSERT_EQUAL(weft_configure(&c), 0);
-}
+static void default_config(void) { CU_ASSERT_EQUAL(weft_test_default_config(), 0); }
 
 static unsigned carrier_id(void) {
   weft__carrier *c = weft__carrier_self();

@@ -19,9 +19,10 @@
  *   MutexHandoffThreads             the same between two pthreads
  *   PthreadMutexHandoff             the baseline: pthread_mutex, two pthreads
  *   MutexCrowdFibers/hogs:H         1000 fibers of a map, each taking one weft
- *                                   mutex twice around a 2 ms sleep, 20 times,
- *                                   beside H spinning threads: ms per map and
- *                                   the mutex's parks per lock (a convoy)
+ *                                   mutex twice around 15 us of CPU and a 5 ms
+ *                                   sleep, 20 times, beside H spinning threads:
+ *                                   ms per map and the mutex's parks per lock
+ *                                   (a convoy)
  *   MutexUncontended                lock+unlock of a weft mutex, one thread
  *   MutexUncontendedFiber           the same on a fiber
  *   PthreadMutexUncontended         the baseline: pthread_mutex, one thread
@@ -332,12 +333,12 @@ BENCHMARK(BM_PthreadMutexHandoff)->UseManualTime();
 
 /*
  * kCrowd fibers of a BLOCKING map on all carriers, each kRounds times: take
- * the mutex for a counter increment, let it go, park for kIoNs (an I/O wait's
- * stand-in), take it again, let it go: the shape of weft-bench http's one
- * keep-alive pool (take a connection, wait for the response, give it back).
- * With hogs:N, N plain threads spin through the batch beside the carriers, as
- * nginx's workers did: the kernel then preempts carrier threads, sometimes in
- * a holder's critical section. Counters: mutex_parks_per_lock, the parks
+ * the mutex for a counter increment, let it go, stay on the CPU for kWorkNs
+ * (a request's own work), park for kIoNs (an I/O wait's stand-in), take it
+ * again, let it go: the shape of weft-bench http's one keep-alive pool (take
+ * a connection, wait for the response, give it back). With hogs:N, N plain
+ * threads spin through the batch beside the carriers, as nginx's workers did,
+ * and the kernel preempts carrier threads. Counters: mutex_parks_per_lock, the parks
  * beyond the kRounds sleeps of each fiber per lock taken (0 when nobody ever
  * waits; a convoy makes it near 1), and max_parks_per_lock, the worst batch.
  */

@@ -544,6 +544,9 @@ static int measure_go(const echo_setup *es, size_t connections, size_t warm_conn
   return 0;
 }
 
+/* Messages on each warm-up connection: min(M, 10). */
+static size_t warmup_messages(const echo_cmd *c) { return c->messages < 10 ? (size_t)c->messages : 10; }
+
 /*
  * The warm-up, untimed: W connections of min(M, 10) messages (weft's
  * carriers and fiber stacks, the threads' stacks, the sockets' buffers),
@@ -558,7 +561,7 @@ static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   echo_totals *t = r->state;
   echo_setup es = c->es;
   size_t conns = (size_t)c->connections;
-  size_t warm_conns = (size_t)c->warmup_conns, warm_msgs = es.messages < 10 ? es.messages : 10;
+  size_t warm_conns = (size_t)c->warmup_conns, warm_msgs = warmup_messages(c);
   run_result res;
   if (r->id == B_GO) {
     /* The go program warms itself up in each of its processes; here, only whether it is there. */
@@ -628,7 +631,7 @@ static int echo_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0)
     rc = r->id == B_GO ? wb_json_set_null(rec, "server_connections")
                        : wb_json_set_int(rec, "server_connections", (int64_t)t->accepted);
-  if (rc == 0) rc = wb_json_set_int(rec, "warmup_messages", c->messages < 10 ? c->messages : 10);
+  if (rc == 0) rc = wb_json_set_int(rec, "warmup_messages", (int64_t)warmup_messages(c));
   if (rc == 0) rc = wb_json_set_int(rec, "connect_retries", t->retries);
   if (rc == 0) rc = wb_json_set_int(rec, "listen_backlog", t->backlog);
   if (rc == 0) rc = wb_json_set_int(rec, "listeners", t->listeners);

@@ -632,6 +632,15 @@ static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *
  * (weft-uring restarts the runtime, whose fiber stacks go with it; an idle
  * runtime gives stack memory back).
  */
+/* A warm-up's failed requests: counted, and the first one's text on the sample. */
+static void warmup_failures(http_totals *t, wb_sample *s, const run_result *res) {
+  t->warmup_errors += res->errors;
+  if (res->errors && !s->failed) {
+    s->failed = true;
+    snprintf(s->error, sizeof s->error, "%s", res->first_error);
+  }
+}
+
 static void warm_up(http_cmd *c, wb_run *r, http_totals *t, wb_sample *s) {
   run_result res;
   size_t want = (size_t)(c->concurrency < c->requests ? c->concurrency : c->requests);
@@ -647,18 +656,10 @@ static void warm_up(http_cmd *c, wb_run *r, http_totals *t, wb_sample *s) {
    */
   if (c->keepalive && have < want) {
     measure(&c->hs, r->id, want - have, want, true, c->lat, &t->client, &res);
-    t->warmup_errors += res.errors;
-    if (res.errors) {
-      s->failed = true;
-      snprintf(s->error, sizeof s->error, "%s", res.first_error);
-    }
+    warmup_failures(t, s, &res);
   }
   measure(&c->hs, r->id, c->warmup, (size_t)c->concurrency, false, c->lat, &t->client, &res);
-  t->warmup_errors += res.errors;
-  if (res.errors && !s->failed) {
-    s->failed = true;
-    snprintf(s->error, sizeof s->error, "%s", res.first_error);
-  }
+  warmup_failures(t, s, &res);
 }
 
 static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {

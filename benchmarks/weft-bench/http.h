@@ -75,8 +75,7 @@ typedef struct wb_http_client {
   size_t expect_len;  /* the body length every response must have; SIZE_MAX: any */
   int64_t timeout_ns; /* the limit of one request (connect included) */
   size_t pool_cap;    /* keep-alive: most idle connections kept (the concurrency) */
-  bool fresh; /* keep-alive: each request opens a connection of its own (and pools it); set between runs only
-               */
+  bool fresh;         /* keep-alive: a request opens its own connection (then pools it); set between runs */
   /* state */
   char *req; /* the request line and headers */
   size_t req_len;
