@@ -229,6 +229,30 @@ static void test_max_parallel(void) {
   if (weft_test_fibers_expected()) CU_ASSERT(atomic_load(&c.peak) > 32);
 }
 
+/*
+ * A map at its bound: an element that blocked and finds no fiber made after
+ * it (the bound stopped that) goes on to the next index on its own fiber,
+ * rather than ending it and leaving a carrier to make another. So the map
+ * runs on a handful of fibers, not one per element (each of which costs a
+ * stack from the cache and a first switch).
+ */
+static void test_bounded_map_keeps_fibers(void) {
+  if (!weft_test_fibers_expected()) return;
+  crowd c;
+  memset(&c, 0, sizeof c);
+  weft_pmap_opts o = blocking;
+  o.max_parallel = 4;
+  weft_stats s0, s1;
+  CU_ASSERT_EQUAL(weft_get_stats(&s0), 0);
+  CU_ASSERT_EQUAL(weft_pmap(100, crowd_fn, &c, &o), 0);
+  CU_ASSERT_EQUAL(weft_get_stats(&s1), 0);
+  CU_ASSERT_EQUAL(atomic_load(&c.done), 100);
+  CU_ASSERT(atomic_load(&c.peak) <= 4);
+  uint64_t made = s1.fibers_started - s0.fibers_started;
+  CU_ASSERT(made < 25);
+  if (made >= 25) printf("\n  100 elements at a bound of 4 started %llu fibers", (unsigned long long)made);
+}
+
 /* Run fn in a child under a time limit (rel_child); it passes by exiting 0, else its status and stderr are
  * printed. */
 static void expect_child_ok(void (*fn)(void *), unsigned secs) {
@@ -690,6 +714,7 @@ int main(int argc, char **argv) {
       {"hundred_thousand", test_hundred_thousand},
       {"blocking_errors", test_blocking_errors},
       {"max_parallel", test_max_parallel},
+      {"bounded_map_keeps_fibers", test_bounded_map_keeps_fibers},
       {"bounded_map_sleeping_carrier", test_bounded_map_sleeping_carrier},
       {"bound_map_idle_carriers_sleep", test_bound_map_idle_carriers_sleep},
       {"map_finishes_once", test_map_finishes_once},

@@ -203,19 +203,40 @@ static bool gang_unreserve(weft__source *src) {
  * elements that each sleep then needs fresh stacks only for the elements in
  * flight at once, not for all of them; a map whose elements never block
  * runs on one fiber per carrier.
+ *
+ * A bounded map (max_parallel) is different once it is full: an element
+ * that blocks there has no fiber made after it (no place is free), and a
+ * fiber that ended after it would only free a place for a carrier to make
+ * a fiber again, at the cost of a stack from the cache, a first switch and
+ * the source list's lock. So in a bounded map a fiber ends after a blocked
+ * element only when a successor was made at one of its parks and the gang
+ * is not full; otherwise it goes on to the next index. 100,000 elements
+ * that each sleep 20 us, at most 1000 in flight, then run on about 15,000
+ * fibers instead of 100,000, at a third of the CPU time (bm_sleep's
+ * BoundedMap). An unbounded map keeps the rule above:
+ * there, a fiber that went on would hold a stack while the successors its
+ * parks made take the same indices.
  */
+static bool gang_ends_after_block(gang *g, uint32_t flags) {
+  if (!(flags & WEFT__FIBER_BLOCKED)) return false;
+  if (g->max_live == SIZE_MAX) return true;
+  return (flags & WEFT__FIBER_SUCCEEDED) &&
+         (atomic_load_explicit(&g->live, memory_order_relaxed) & ~GANG_CLOSED) < g->max_live;
+}
+
 static void gang_entry(weft__fiber *f) {
   gang *g = f->arg;
   /* The elements see the caller's scoped bindings. */
   f->tc.scope = g->r.scope;
-  size_t home = weft__fiber_carrier_id() % g->nslices, i;
+  size_t i;
   int got;
-  while ((got = gang_claim(g, home, &i)) > 0) {
-    f->flags &= ~(uint32_t)WEFT__FIBER_BLOCKED;
+  /* The carrier is read again for every claim: a fiber that parked may have moved (WEFT_MIGRATE). */
+  while ((got = gang_claim(g, weft__fiber_carrier_id() % g->nslices, &i)) > 0) {
+    f->flags &= ~(uint32_t)(WEFT__FIBER_BLOCKED | WEFT__FIBER_SUCCEEDED);
     atomic_store_explicit(&f->tag, i, memory_order_relaxed); /* for dumps: which element */
     int rc = g->r.fn(g->r.ctx, i);
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(&g->r, i, rc);
-    if (f->flags & WEFT__FIBER_BLOCKED) {
+    if (gang_ends_after_block(g, f->flags)) {
       got = gang_drained(g) ? 0 : -1;
       break;
     }

@@ -84,7 +84,8 @@ enum {
   WEFT__FIBER_STARTED = 1u << 0,     /* has a stack and a home; may no longer move */
   WEFT__FIBER_CLONE = 1u << 1,       /* made by a source: its record lives at the top of its own stack */
   WEFT__FIBER_SOURCE_DONE = 1u << 2, /* a clone's done() said it was its source's last fiber */
-  WEFT__FIBER_BLOCKED = 1u << 3, /* a clone parked or yielded: set by the scheduler, cleared by its owner */
+  WEFT__FIBER_BLOCKED = 1u << 3,   /* a clone parked or yielded: set by the scheduler, cleared by its owner */
+  WEFT__FIBER_SUCCEEDED = 1u << 4, /* ... and the scheduler made the source's next fiber then (same owner) */
 };
 
 /*

@@ -908,6 +908,7 @@ static void source_next(weft__carrier *c, weft__fiber *parked, weft__source *s) 
   if (!s->ops->reserve(s, false)) return;
   weft__fiber *g = clone_make(c, s);
   if (g) {
+    parked->flags |= WEFT__FIBER_SUCCEEDED;
     set_runnext(c, g);
   } else if (s->ops->unreserve(s)) {
     live_dec(1);
