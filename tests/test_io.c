@@ -394,15 +394,11 @@ static void *files(void *arg) {
 static void test_regular_files(void) {
   both_ways(files, NULL);
   /* And without io_uring: the offload pool. */
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.io_uring = 0;
   CU_ASSERT_EQUAL(weft_configure(&c), 0);
   both_ways(files, NULL);
-  weft_shutdown();
-  weft_config_init(&c);
-  CU_ASSERT_EQUAL(weft_configure(&c), 0);
+  CU_ASSERT_EQUAL(weft_test_default_config(), 0);
 }
 
 /* --- cancellation ----------------------------------------------------------------------- */

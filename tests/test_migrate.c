@@ -24,20 +24,13 @@
 #define N  64 /* fibers per carrier */
 
 static void configure(bool migrate) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
+  weft_config c = weft_test_config();
   c.carriers = 2;
   c.migrate = migrate ? 1 : 0;
   CU_ASSERT_EQUAL(weft_configure(&c), 0);
 }
 
-static void restore(void) {
-  weft_shutdown();
-  weft_config c;
-  weft_config_init(&c);
-  weft_configure(&c);
-}
+static void restore(void) { CU_ASSERT_EQUAL(weft_test_default_config(), 0); }
 
 /* Burn about `ns` of CPU without parking. */
 static void burn(int64_t ns) {

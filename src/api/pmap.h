@@ -39,12 +39,14 @@ void weft__pmap_test_forget_regret(void);
  * (WEFT_TESTING) only: 0 in the others.
  */
 unsigned long weft__pmap_test_count(int why);
+#ifdef WEFT_TESTING
 /*
- * Tests only: called by a fiber map's last place as it goes while the map is
+ * Test builds only: called by a fiber map's last place as it goes while the map is
  * still open (indices kept for a carrier on its way), after that place's
  * one atomic step; NULL: nothing. A test holds the leaver here while the
  * arriving carrier finishes the map. Set before the map opens.
  */
 extern void (*weft__pmap_test_left_open)(void);
+#endif
 
 #endif /* WEFT_API_PMAP_H */

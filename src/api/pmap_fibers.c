@@ -174,14 +174,18 @@ static void gang_close(gang *g) {
  * place can go with indices left, kept for a carrier on its way: that
  * carrier makes the next fiber, and the gang stays open until then.
  */
+#ifdef WEFT_TESTING
 void (*weft__pmap_test_left_open)(void);
+#endif
 
 static bool gang_leave(gang *g) {
   /* acq_rel: the caller, woken by the last one, sees every element's writes. One step decides both: the last
    * place, and the gang closed (a place that goes while the gang is open leaves it to whoever comes next). */
   size_t was = atomic_fetch_sub_explicit(&g->live, 1, memory_order_acq_rel);
   if (was != (GANG_CLOSED | 1)) {
+#ifdef WEFT_TESTING
     if (WEFT__UNLIKELY(was == 1 && weft__pmap_test_left_open != NULL)) weft__pmap_test_left_open();
+#endif
     return false;
   }
   weft__waiter_wake(g->w);

@@ -66,7 +66,9 @@ bool weft__fiber_fault_info(const void *addr, uint64_t *fiber_id, size_t *stack_
 void weft__fiber_get_stats(weft__fiber_stats *out) { memset(out, 0, sizeof *out); }
 void weft__fibers_shutdown(void) {}
 atomic_uint weft__outside_calls;
+#ifdef WEFT_TESTING
 void (*weft__test_before_sleep)(unsigned carrier); /* no carriers here: never called */
+#endif
 size_t weft__sources_open(void) { return 0; }
 /* The scheduler's state, never started here: tests that look at it link, and find no carrier. */
 weft__rt weft__rt_state;

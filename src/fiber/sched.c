@@ -222,7 +222,9 @@ weft__rt weft__rt_state = {.mu = PTHREAD_MUTEX_INITIALIZER,
 #define rt weft__rt_state
 
 atomic_uint weft__outside_calls;
+#ifdef WEFT_TESTING
 void (*weft__test_before_sleep)(unsigned carrier);
+#endif
 
 struct weft__poller *weft__fiber_poller(const weft__fiber *f) {
   return &f->home->poller;
@@ -1412,7 +1414,9 @@ static weft__fiber *find_runnable(weft__carrier *c) {
       if (wake_at < 0 || trim_at < wake_at) wake_at = trim_at;
     }
 
+#ifdef WEFT_TESTING
     if (WEFT__UNLIKELY(weft__test_before_sleep != NULL)) weft__test_before_sleep(c->id);
+#endif
     /* Announce the sleep, then look once more (the Dekker pair with wakers). */
     weft__poller_prepare_sleep(&c->poller);
     if (work_visible(c) || atomic_load(&rt.exit) || atomic_load(&rt.ending)) {

@@ -179,12 +179,14 @@ void weft__carriers_reap_locked(void);
 /* Would an open source give an idle carrier a fiber now? (Takes the source lock.) */
 bool weft__sources_want(void);
 
+#ifdef WEFT_TESTING
 /*
- * Tests only: called by a carrier that found nothing to do, just before it
+ * Test builds only: called by a carrier that found nothing to do, just before it
  * announces its sleep and looks for work once more (NULL: nothing). A test holds a carrier there to open the
  * window between its last look and its sleep. Set before the runtime starts.
  */
 extern void (*weft__test_before_sleep)(unsigned carrier);
+#endif
 
 /* Fibers started and not ended plus unstarted ones queued; updates the sampled peak. */
 uint64_t weft__fibers_now(void);
