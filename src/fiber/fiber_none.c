@@ -36,6 +36,10 @@ int weft__fiber_spawn_array(weft__fiber *fs, size_t n) {
   return -ENOSYS;
 }
 weft__fiber *weft__fiber_self(void) { return NULL; }
+bool weft__fiber_is_local(const weft__fiber *f) {
+  (void)f;
+  return false;
+}
 void weft__fiber_park(void) { weft__die("weft__fiber_park without fibers"); }
 void weft__fiber_ready(weft__fiber *f) {
   WEFT__UNUSED(f);

@@ -254,6 +254,8 @@ static __thread weft__carrier *tls_carrier;
 
 weft__carrier *weft__carrier_self(void) { return tls_carrier; }
 
+bool weft__fiber_is_local(const weft__fiber *f) { return tls_carrier != NULL && f->home == tls_carrier; }
+
 unsigned weft__fiber_carrier_id(void) {
   weft__carrier *c = tls_carrier;
   return c ? c->id : 0;

@@ -47,7 +47,8 @@
  *    is being scheduled, nobody can hold the lock; a convoy).
  *
  * weft barges, and hands off only to a waiter that has waited for
- * HANDOFF_NS (1 ms) already: Go's sync.Mutex starvation mode, which bounds
+ * HANDOFF_NS (1 ms) already (20 ms for a fiber of another carrier than the
+ * unlocking fiber's: "Convoys" below): Go's sync.Mutex starvation mode, which bounds
  * how long a waiter can be overtaken while keeping barging's throughput.
  * Measured with bm_sync's mutex hand-off cases (two contenders taking the
  * mutex around a counter increment in a loop; ns per lock+unlock pair; the
@@ -84,33 +85,39 @@
  * all within the noise, so the counts stay short: a long spin only takes
  * the CPU from the holder and from everyone else on a small machine.
  *
- * ==== Convoys still happen (an open problem) ==================================
+ * ==== Convoys, and the hand-off across carriers ================================
  *
  * Barging keeps two contenders out of a convoy, but not a crowd: bm_sync's
  * MutexCrowdFibers (1000 fibers of a map on both carriers, each taking the
  * mutex twice around a 15 us stay on the CPU and a 5 ms sleep, 20 times)
- * parks once per 2,000 to 10,000 locks in most maps, but in some maps (1 of
- * 80 alone, 2 of 55 beside two spinning threads, in one run) most locks park
- * (0.48 to 0.84 parks a lock over the whole map). weft-bench http's
- * single keep-alive pool (docs/benchmarks.md, section 16) stayed in such a
- * state for whole 100,000-request repetitions. What keeps it going is not
- * known. Two changes were measured and not kept: waking every waiter (not
- * only a handed one) at the front of its carrier's queue (weft-bench http,
- * 2 convoys in 12 repetitions against 2 in 12), and letting LOCKED go before
- * taking lock_ in the slow unlock, as Go's Unlock does, with a STARVING bit
- * for the hand-off (MutexCrowdFibers/hogs:2, a repetition with a convoy map
- * in 8 of 9 against 6 of 9). Nor is the 1 ms hand-off the cause: built
- * never to hand off (WEFT__MUTEX_HANDOFF_NS=INT64_MAX), the mutex convoys
- * as often. The parks are waits for the mutex: timed around each lock, a
- * map at 0.87 parks a lock had 34,558 of its 40,000 locks take over 50 us.
- * Counted in lock_slow, a convoy map of the shipped mutex is a hand-off
- * chain: 35,656 lockers queued and 35,504 of them were handed the mutex
- * (each, while its carrier gets round to it, holds everyone up, so the
- * next ones wait past HANDOFF_NS too); in a normal map, a few dozen slow
- * locks, most of them won in the spin. Restarting the next waiter's clock at each
- * hand-off broke the chain into barging losers re-queued at the front
- * (13,029, with 11,187 hand-offs) and still parked 0.73 a lock. So the
- * hand-off feeds a convoy but is not all of it.
+ * parks once per 2,000 to 10,000 locks in most maps, but in some maps most
+ * locks parked (0.48 to 0.94 parks a lock over the whole map), above all
+ * beside two spinning threads (hogs:2) that the kernel runs in the
+ * carriers' place now and then. weft-bench http's single keep-alive pool
+ * (docs/benchmarks.md, section 16) stayed in such a state for whole
+ * 100,000-request repetitions. Counted in lock_slow, such a map is a
+ * hand-off chain: 35,504 of 35,656 queued lockers were handed the mutex.
+ * A waiter handed the mutex holds it before it runs; when it lives on
+ * another carrier than the unlocker, it runs only once that carrier gets to
+ * it (after the fiber running there, or after the kernel gives that
+ * carrier's thread the CPU back), and everyone who comes to the mutex
+ * meanwhile parks and in turn waits past HANDOFF_NS, so is handed it too.
+ *
+ * So a fiber that unlocks hands the mutex to a waiting fiber of another
+ * carrier only once that one has waited HANDOFF_FAR_NS (20 ms); before
+ * that, the far waiter is woken to compete, as under barging. A waiter of
+ * the unlocker's own carrier is handed the mutex after HANDOFF_NS as
+ * before (it runs at the unlocker's next switch: woken first, sync.h), and
+ * so is any waiter that a thread unlocks for, and a thread waiter (it runs
+ * as soon as the kernel wakes it). Over 27 repetitions of hogs:2 in two
+ * runs, alternating builds, a repetition had a convoy map (over 0.48 parks
+ * a lock) in 14 before and 1 after; the two-contender hand-off cases did
+ * not move. Neither extreme does this: built never to hand off, or (Go's
+ * order) letting LOCKED go before lock_ is taken in the slow unlock, the
+ * mutex convoyed as often as the shipped one; waking every waiter at the
+ * front of its carrier's queue did not help either. The price: a fiber can
+ * be overtaken by the fibers of another carrier for up to 20 ms, not 1 ms
+ * (test_sync's mutex_no_starvation_across_carriers).
  *
  * ==== Destroying right after the last unlock ==================================
  *
@@ -147,6 +154,10 @@ enum { LOCKED = 1u, WAITERS = 2u };
 /* A waiter queued this long gets the mutex handed to it. 0: always hand off; INT64_MAX: never. */
 #ifndef WEFT__MUTEX_HANDOFF_NS
 #define WEFT__MUTEX_HANDOFF_NS 1000000
+#endif
+/* ... and a fiber that a fiber of another carrier unlocks for, after this long ("Convoys" above). */
+#ifndef WEFT__MUTEX_HANDOFF_FAR_NS
+#define WEFT__MUTEX_HANDOFF_FAR_NS (20 * (int64_t)WEFT__MUTEX_HANDOFF_NS)
 #endif
 
 /* A parked locker. */
@@ -242,8 +253,13 @@ static void unlock_slow(weft_mutex_t *m) {
       weft__waitlist_take(&l); /* never NULL: WAITERS was set, and only lock_ holders clear it */
   weft__sync_list_put(&m->head_, &m->tail_, &l);
   mwait *mw = weft__container_of(w, mwait, w);
-  bool handoff = WEFT__MUTEX_HANDOFF_NS == 0 || (WEFT__MUTEX_HANDOFF_NS < INT64_MAX &&
-                                                 weft__mono_ns() - mw->since >= WEFT__MUTEX_HANDOFF_NS);
+  bool handoff = WEFT__MUTEX_HANDOFF_NS == 0;
+  if (!handoff && WEFT__MUTEX_HANDOFF_NS < INT64_MAX) {
+    int64_t waited = weft__mono_ns() - mw->since;
+    /* Far: a fiber of another carrier than the unlocking fiber's (see "Convoys" above). */
+    bool far = w->fiber && weft__fiber_self() && !weft__fiber_is_local(w->fiber);
+    handoff = waited >= (far ? WEFT__MUTEX_HANDOFF_FAR_NS : WEFT__MUTEX_HANDOFF_NS);
+  }
   /*
    * A plain store: nobody else can change state_ now (LOCKED is ours, and
    * WAITERS changes only under lock_). Release: a barger's acquire CAS sees

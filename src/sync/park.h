@@ -36,6 +36,13 @@ struct weft__tctx *weft__fiber_tctx_self(void);
 void weft__fiber_park_wait(struct weft__fiber *f, unsigned kind, const void *obj, int64_t deadline_ns,
                            struct weft__waiter *w);
 
+/*
+ * Does fiber f, parked, live on the calling thread's carrier (false on a
+ * plain thread)? The caller must keep f parked meanwhile (a lock its waker
+ * needs): its carrier changes only while it runs or is readied.
+ */
+bool weft__fiber_is_local(const struct weft__fiber *f);
+
 /* Make a parked fiber runnable (any thread); exactly once per park. */
 void weft__fiber_ready(struct weft__fiber *f);
 /*
