@@ -294,7 +294,7 @@ typedef struct weft_config {
   unsigned pin_threshold_ms; /* WEFT_PIN_THRESHOLD_MS: default 20 */
   unsigned max_carriers;     /* WEFT_MAX_CARRIERS: default 256, compensation included */
   int trace_pinned;          /* -1 env/default (WEFT_TRACE_PINNED, default off), 0, 1 */
-  int io_uring;              /* -1 env/default (WEFT_IO_URING, default 1 where available), 0, 1, 2 */
+  int io_uring;              /* -1 env/default (WEFT_IO_URING, default 2 where available), 0, 1, 2 */
   unsigned offload_max;      /* WEFT_OFFLOAD_MAX: most offload threads; default 64 */
   const char *places;        /* WEFT_PLACES: NULL env/default (carriers free in the affinity mask);
                                 "cores": carrier k on the k-th CPU of the mask; or a CPU list, "0,2,4-7":
@@ -425,6 +425,7 @@ typedef struct weft_stats {
   uint64_t migrations;         /* woken fibers resumed on another carrier than their last (WEFT_MIGRATE) */
   uint64_t uring_waits;        /* carriers' waits in their io_uring, sleeping or not (then not in epoll) */
   uint64_t uring_recvs;        /* fibers' reads of owned sockets done as io_uring receives */
+  uint64_t uring_sends;        /* fibers' writes of owned sockets done as io_uring sends */
 } weft_stats;
 
 /*
@@ -506,13 +507,18 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * so a call that is inside a system call when another closes the handle can
  * never act on a reused number.
  *
- * Reads on a fiber: where the carriers wait in io_uring (WEFT_IO_URING, on
- * where the kernel allows it: weft_get_info's io_uring), a fiber's read of
- * an owned socket is a receive request on its carrier's ring, which the
- * kernel tries when the carrier next enters the ring and otherwise completes
- * when data comes: no read(2) and no readiness wait of its own
- * (weft_get_stats: uring_recvs). Pipes, terminals and eventfds, and writes,
- * go through the registration above.
+ * Reads and writes on a fiber: where the carriers wait in io_uring
+ * (WEFT_IO_URING=2, the default, where the kernel allows it: weft_get_info's
+ * io_uring), a fiber's read of an owned socket is a receive request on its
+ * carrier's ring, which the kernel tries when the carrier next enters the
+ * ring and otherwise completes when data comes, and its write a send
+ * request (MSG_NOSIGNAL) that completes when the kernel has taken the bytes;
+ * the carrier submits the requests of all its fibers in one io_uring_enter
+ * when it has nothing else to run (or 32 are queued), which is also where
+ * it waits: no read(2), send(2) or readiness wait of their own
+ * (weft_get_stats: uring_recvs, uring_sends). Results, deadlines, close and
+ * cancellation are as described here. Pipes, terminals and eventfds, and
+ * calls on plain threads, go through the registration above.
  *
  * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
  * blocks in poll(2). One fiber per direction at a time: a second fiber

@@ -134,7 +134,7 @@ def render(items, header_name):
 
 ROW = re.compile(r'\{"(WEFT_\w+)",\s*(S_\w+),\s*(NO_CFG|CFG\((\w+)\)),\s*OUT\(\w+\),\s*'
                  r'([^,]+),\s*([^,]+),\s*([^,]+),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\}', re.S)
-KINDS = {"S_BOOL": "on/off", "S_COUNT": "count", "S_SIZE": "bytes (k, m, g)", "S_LEVEL": "0 to 2, or on/off", "S_MODE": "0 to 2, or on/off",
+KINDS = {"S_BOOL": "on/off", "S_COUNT": "count", "S_SIZE": "bytes (k, m, g)", "S_LEVEL": "0 to 2, or on/off", "S_MODE": "0 to 2, or on (the default)/off",
          "S_MS0": "ms (0: off)", "S_TEXT": "text"}
 
 

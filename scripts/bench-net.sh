@@ -15,10 +15,11 @@
 #
 # A, the client side: the same URL (nginx's /page), C connections (default
 # 1000), kept alive, loaded by
-#   weft-bench http --url URL --requests R --concurrency C --keepalive --backend weft,weft-uring[,go] --json
+#   weft-bench http --url URL --requests R --concurrency C --keepalive --backend weft,weft-epoll[,go] --json
 #     (R default 20000; the go backend, Go's net/http client, when
 #      `weft-bench http --help` lists it: weft-bench skips it with a message
-#      when this build has no Go; weft-uring is weft with WEFT_IO_URING=2)
+#      when this build has no Go; weft-epoll is weft with WEFT_IO_URING=1:
+#      sockets through epoll, where the default reads and writes them as io_uring requests)
 #   wrk -tT -cC -dS --latency URL                     (T default 2, S default 10 s)
 # K repetitions (default 3), interleaved: repetition r runs the clients in an
 # order rotated by r. Reported: requests/s of each (median, min, max), and the
@@ -26,7 +27,7 @@
 #
 # B, the server side: `weft-bench serve` (weft-bench's own HTTP/1.1 server, an
 # acceptor fiber and a fiber per connection, the same 9216-byte page) on a
-# free port, the same with WEFT_IO_URING=2 on another, and nginx, each loaded by the same `wrk -tT -cC -dS --latency`,
+# free port, the same with WEFT_IO_URING=1 (sockets through epoll) on another, and nginx, each loaded by the same `wrk -tT -cC -dS --latency`,
 # interleaved the same way. Reported: requests/s (median, min, max), wrk's
 # latency percentiles and errors, and the ratio weft-serve/nginx.
 #
@@ -93,12 +94,12 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-net.XXXXXX")
 nginx_pid=
 serve_pid=
-uring_pid=
+epoll_pid=
 # shellcheck disable=SC2317 # run by the trap
 cleanup() {
   local p
-  for p in $nginx_pid $serve_pid $uring_pid; do kill "$p" 2>/dev/null || true; done
-  for p in $nginx_pid $serve_pid $uring_pid; do wait "$p" 2>/dev/null || true; done
+  for p in $nginx_pid $serve_pid $epoll_pid; do kill "$p" 2>/dev/null || true; done
+  for p in $nginx_pid $serve_pid $epoll_pid; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -314,8 +315,8 @@ clients=()
 backends=weft
 wb_http_help=
 [ $have_wb = 0 ] || wb_http_help=$("$wb" http --help)
-# weft-uring: weft with WEFT_IO_URING=2 (the carriers in their rings), beside weft in the same run.
-if [ $have_wb = 1 ] && grep -qE '^ +weft-uring +' <<<"$wb_http_help"; then backends=weft,weft-uring; fi
+# weft-epoll: weft with WEFT_IO_URING=1 (sockets through epoll), beside weft in the same run.
+if [ $have_wb = 1 ] && grep -qE '^ +weft-epoll +' <<<"$wb_http_help"; then backends=weft,weft-epoll; fi
 if [ $have_wb = 1 ] && grep -qE '^ +go +' <<<"$wb_http_help"; then
   backends=$backends,go
 elif [ $have_wb = 1 ]; then
@@ -344,8 +345,8 @@ fi
 
 serve_port=
 serve_pid=
-uring_port=
-uring_pid=
+epoll_port=
+epoll_pid=
 servers=()
 # start_serve OUTFILE ERRFILE [ENV...]: weft-bench serve on a free port in the background; its pid in
 # $started_pid, its port in $started_port (empty when it did not start).
@@ -377,16 +378,16 @@ if [ $have_wrk = 1 ] && [ $have_wb = 1 ]; then
     cat "$tmp/serve.err" >&2
     rc=1
   fi
-  # The same server with the carriers in their io_uring rings (WEFT_IO_URING=2), measured beside it.
-  start_serve "$tmp/serve-uring.out" "$tmp/serve-uring.err" WEFT_IO_URING=2
-  uring_pid=$started_pid
-  uring_port=$started_port
-  if [ -n "$uring_port" ] && check_page "$uring_port"; then
-    servers+=(weft-serve-uring)
-    echo "bench-net.sh: weft-bench serve (WEFT_IO_URING=2) on 127.0.0.1:$uring_port" >&2
+  # The same server with its sockets through epoll (WEFT_IO_URING=1), measured beside it.
+  start_serve "$tmp/serve-epoll.out" "$tmp/serve-epoll.err" WEFT_IO_URING=1
+  epoll_pid=$started_pid
+  epoll_port=$started_port
+  if [ -n "$epoll_port" ] && check_page "$epoll_port"; then
+    servers+=(weft-serve-epoll)
+    echo "bench-net.sh: weft-bench serve (WEFT_IO_URING=1) on 127.0.0.1:$epoll_port" >&2
   else
-    echo "bench-net.sh: weft-bench serve with WEFT_IO_URING=2 did not serve; its part is skipped:" >&2
-    cat "$tmp/serve-uring.err" >&2
+    echo "bench-net.sh: weft-bench serve with WEFT_IO_URING=1 did not serve; its part is skipped:" >&2
+    cat "$tmp/serve-epoll.err" >&2
     rc=1
   fi
 elif [ $have_wrk = 0 ]; then
@@ -400,7 +401,7 @@ if [ ${#servers[@]} -gt 0 ]; then
     for ((j = 0; j < n; j++)); do
       case "${servers[$(((r + j) % n))]}" in
         weft-serve) run_wrk server wrk weft-serve "http://127.0.0.1:$serve_port/page" "$((r + 1))" ;;
-        weft-serve-uring) run_wrk server wrk weft-serve-uring "http://127.0.0.1:$uring_port/page" "$((r + 1))" ;;
+        weft-serve-epoll) run_wrk server wrk weft-serve-epoll "http://127.0.0.1:$epoll_port/page" "$((r + 1))" ;;
         nginx) run_wrk server wrk nginx "$url" "$((r + 1))" ;;
       esac
     done
@@ -416,14 +417,14 @@ if [ -n "$serve_pid" ]; then
   fi
   serve_pid=
   serve_report=$(grep '^served' "$tmp/serve.out" || true)
-  if [ -n "$uring_pid" ]; then
-    kill -TERM "$uring_pid" 2>/dev/null || true
-    if wait "$uring_pid"; then :; else
-      echo "bench-net.sh: weft-bench serve (WEFT_IO_URING=2) exited with status $?:" >&2
-      cat "$tmp/serve-uring.err" >&2
+  if [ -n "$epoll_pid" ]; then
+    kill -TERM "$epoll_pid" 2>/dev/null || true
+    if wait "$epoll_pid"; then :; else
+      echo "bench-net.sh: weft-bench serve (WEFT_IO_URING=1) exited with status $?:" >&2
+      cat "$tmp/serve-epoll.err" >&2
       rc=1
     fi
-    uring_pid=
+    epoll_pid=
   fi
   [ -z "$serve_report" ] || emit "{\"schema\":1,\"bench\":\"net\",\"kind\":\"serve\",\"report\":$(json_str "$serve_report"),\"date\":\"$date_utc\",\"cpus\":$cpus}"
 fi
@@ -464,24 +465,25 @@ else
 fi
 printf '%-44s %12s %12s %12s %8s\n' "client" "req/s" "min" "max" "errors"
 row "weft-bench http --backend weft (fibers)" client.weft.nginx
-case "$backends" in *weft-uring*) row "weft-bench http --backend weft-uring" client.weft-uring.nginx ;; esac
+case "$backends" in *weft-epoll*) row "weft-bench http --backend weft-epoll" client.weft-epoll.nginx ;; esac
 case "$backends" in *go*) row "weft-bench http --backend go (net/http)" client.go.nginx ;; esac
 row "wrk -t$wrk_threads -c$conns -d${duration}s" client.wrk.nginx
 ratio_line "weft/go" client.weft.nginx client.go.nginx
 ratio_line "weft/wrk" client.weft.nginx client.wrk.nginx
-case "$backends" in *weft-uring*)
-  ratio_line "weft-uring/go" client.weft-uring.nginx client.go.nginx
-  ratio_line "weft-uring/wrk" client.weft-uring.nginx client.wrk.nginx
+case "$backends" in *weft-epoll*)
+  ratio_line "weft-epoll/go" client.weft-epoll.nginx client.go.nginx
+  ratio_line "weft-epoll/wrk" client.weft-epoll.nginx client.wrk.nginx
+  ratio_line "weft/weft-epoll" client.weft.nginx client.weft-epoll.nginx
   ;;
 esac
 echo
 echo "B. server side: wrk -t$wrk_threads -c$conns -d${duration}s --latency, GET /page"
 printf '%-44s %12s %12s %12s %8s\n' "server" "req/s" "min" "max" "errors"
 row "weft-bench serve --backend weft (fibers)" server.wrk.weft-serve
-row "weft-bench serve, WEFT_IO_URING=2" server.wrk.weft-serve-uring
+row "weft-bench serve, WEFT_IO_URING=1 (epoll)" server.wrk.weft-serve-epoll
 row "nginx ($cpus workers)" server.wrk.nginx
 ratio_line "weft-serve/nginx" server.wrk.weft-serve server.wrk.nginx
-ratio_line "weft-serve-uring/nginx" server.wrk.weft-serve-uring server.wrk.nginx
+ratio_line "weft-serve-epoll/nginx" server.wrk.weft-serve-epoll server.wrk.nginx
 [ -z "$serve_report" ] || echo "  weft-bench serve: $serve_report"
 if [ -s "$tmp/error.log" ]; then
   echo "  nginx's error log: $(wc -l <"$tmp/error.log") lines; the first: $(head -1 "$tmp/error.log")"

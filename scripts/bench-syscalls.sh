@@ -4,7 +4,7 @@
 #
 #   scripts/bench-syscalls.sh WEFT_BENCH [CONNECTIONS [BACKENDS [REPEAT]]]
 #
-# Each backend (default: weft weft-uring threads go) runs `weft-bench echo` twice,
+# Each backend (default: weft weft-epoll threads go) runs `weft-bench echo` twice,
 # with M and 3M messages per connection, in fresh processes; the difference
 # of the two counts over the 2M x CONNECTIONS extra round trips is what a
 # round trip costs, without start-up, connecting, the warm-up and the
@@ -20,7 +20,7 @@ set -euo pipefail
 
 wb=${1:?usage: scripts/bench-syscalls.sh WEFT_BENCH [CONNECTIONS [BACKENDS [REPEAT]]]}
 conns=${2:-1000}
-backends=${3:-weft weft-uring threads go}
+backends=${3:-weft weft-epoll threads go}
 repeat=${4:-3}
 msgs=50
 

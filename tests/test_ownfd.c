@@ -708,6 +708,76 @@ static void *ring_reads(void *arg) {
   return NULL;
 }
 
+/*
+ * Writes as ring sends (the default, WEFT_IO_URING=2, where the kernel takes
+ * it): a fiber's write of an owned socket is a send request on its carrier's
+ * ring (weft_get_stats' uring_sends counts it) with the results of write(2)
+ * as weft_fd_write gives them: every byte, in order, of one buffer or of
+ * several vectors; a write that waits in the kernel for room until its
+ * deadline returns what it wrote, and the next one -ETIMEDOUT; a cancelled
+ * one -ECANCELED; the socket works on after both. Elsewhere (a thread,
+ * WEFT_IO_URING=0 or 1) nothing is counted.
+ */
+static void *ring_writes(void *arg) {
+  bool ring = *(bool *)arg;
+  weft_fd p[2];
+  CHECK(1, owned_pair(p) == 0);
+  weft_stats a, b;
+  CHECK(2, weft_get_stats(&a) == 0);
+  CHECK(3, weft_fd_write(p[0], "abcdefgh", 8, -1) == 8);
+  char buf[64] = {0};
+  CHECK(4, weft_fd_read(p[1], buf, sizeof buf, in_ms(5000)) == 8 && memcmp(buf, "abcdefgh", 8) == 0);
+  struct iovec v[3] = {{"xy", 2}, {"", 0}, {"zuvw", 4}};
+  CHECK(5, weft_fd_writev(p[0], v, 3, -1) == 6);
+  CHECK(6, weft_fd_read(p[1], buf, sizeof buf, in_ms(5000)) == 6 && memcmp(buf, "xyzuvw", 6) == 0);
+  /* Nobody reads: the sends fill the socket's buffer, and the one that finds no room waits until its
+   * deadline; what it wrote before comes back, then -ETIMEDOUT. */
+  static char chunk[65536];
+  ssize_t w;
+  size_t total = 0;
+  int64_t dl = in_ms(100);
+  while ((w = weft_fd_write(p[0], chunk, sizeof chunk, dl)) > 0) total += (size_t)w;
+  CHECK(7, w == -ETIMEDOUT && total > 0);
+  /* The reader drains it all, and the socket writes on. */
+  size_t got = 0;
+  while (got < total) {
+    ssize_t r = weft_fd_read(p[1], chunk, sizeof chunk, in_ms(5000));
+    CHECK(8, r > 0);
+    got += (size_t)r;
+  }
+  CHECK(9, got == total);
+  CHECK(10, weft_fd_write(p[0], "q", 1, -1) == 1);
+  CHECK(11, weft_fd_read(p[1], buf, sizeof buf, in_ms(5000)) == 1 && buf[0] == 'q');
+  CHECK(12, weft_get_stats(&b) == 0);
+  uint64_t sends = b.uring_sends - a.uring_sends;
+  if (ring) CHECK(13, sends >= 4);
+  if (!ring) CHECK(14, sends == 0);
+  /* A pipe is not a socket: write(2), whatever the carrier waits in. */
+  int pp[2];
+  CHECK(15, pipe(pp) == 0);
+  weft_fd wfd;
+  CHECK(16, weft_fd_open(pp[1], &wfd) == 0);
+  CHECK(17, weft_get_stats(&a) == 0);
+  CHECK(18, weft_fd_write(wfd, "p", 1, -1) == 1);
+  CHECK(19, weft_get_stats(&b) == 0 && b.uring_sends == a.uring_sends);
+  CHECK(20, read(pp[0], buf, 1) == 1 && buf[0] == 'p');
+  weft_fd_close(wfd);
+  close(pp[0]);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+  return NULL;
+}
+
+/* A write that waits for room (nobody reads the peer) until its future is cancelled. */
+static void *blocked_writer(void *arg) {
+  weft_fd fd = *(weft_fd *)arg;
+  static char chunk[65536];
+  for (;;) {
+    ssize_t r = weft_fd_write(fd, chunk, sizeof chunk, -1);
+    if (r < 0) return (void *)(intptr_t)r;
+  }
+}
+
 /* A thread that writes one byte to fd after 50 ms. */
 static void *late_byte(void *arg) {
   weft_test_sleep_ms(50);
@@ -760,14 +830,40 @@ static void test_ring_reads(void) {
   CU_ASSERT_EQUAL(on_fiber(nothing, NULL), 0);
   weft_info info;
   CU_ASSERT_EQUAL_FATAL(weft_get_info(&info), 0);
+  /* The default, 2 (or on), reads and writes sockets as ring requests; 1 only files; 0 none. */
   const char *env = getenv("WEFT_IO_URING");
-  bool off = env && strcmp(env, "0") == 0, all = env && strcmp(env, "2") == 0;
+  bool off = env && (strcmp(env, "0") == 0 || strcmp(env, "off") == 0);
+  bool all = !env || strcmp(env, "2") == 0 || strcmp(env, "on") == 0;
   if (off) CU_ASSERT_FALSE(info.io_uring);
   bool ring = info.io_uring && all;
   CU_ASSERT_EQUAL(on_fiber(ring_reads, &ring), 0);
-  /* On a thread: poll(2) and read(2), never the ring. */
+  CU_ASSERT_EQUAL(on_fiber(ring_writes, &ring), 0);
+  /* On a thread: poll(2), read(2) and send(2), never the ring. */
   bool none = false;
   CU_ASSERT_EQUAL((intptr_t)ring_reads(&none), 0);
+  CU_ASSERT_EQUAL((intptr_t)ring_writes(&none), 0);
+  /* A write waiting in the ring for room, cancelled: -ECANCELED, and the socket writes on. */
+  weft_fd p[2];
+  CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
+  weft_future *f;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, blocked_writer, &p[0], &f), 0);
+  weft_test_sleep_ms(50);
+  CU_ASSERT_EQUAL(weft_future_cancel(f), -EBUSY);
+  void *r = NULL;
+  CU_ASSERT_EQUAL(weft_future_get(f, in_ms(10000), &r), 0);
+  CU_ASSERT_EQUAL((intptr_t)r, -ECANCELED);
+  weft_future_free(f);
+  static char drain[65536];
+  while (weft_fd_read(p[1], drain, sizeof drain, 0) > 0) {
+  }
+  CU_ASSERT_EQUAL(weft_fd_write(p[0], "x", 1, in_ms(5000)), 1);
+  char c = 0;
+  ssize_t got;
+  while ((got = weft_fd_read(p[1], &c, 1, in_ms(5000))) == 1 && c != 'x') {
+  }
+  CU_ASSERT_EQUAL(got, 1);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
   weft_stats st;
   CU_ASSERT_EQUAL(weft_get_stats(&st), 0);
   if (ring) CU_ASSERT(st.uring_waits > 0); /* the carriers slept in their rings */
@@ -908,6 +1004,11 @@ static void *fault_wait(void *arg) {
   ssize_t n = weft_fd_read(fd, b, sizeof b, in_ms(20));
   weft__fault_disarm();
   if (n != -ETIMEDOUT) return (void *)3;
+  /* The same for a write that cannot be a ring send. */
+  weft__fault_arm_here(FBIT(WEFT__F_URING), 0, false);
+  ssize_t m = weft_fd_write(fd, "w", 1, in_ms(1000));
+  weft__fault_disarm();
+  if (m != 1) return (void *)4;
   return NULL;
 }
 

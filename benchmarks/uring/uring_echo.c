@@ -54,8 +54,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MODE_EPOLL, MODE_URING, MODE_URING_POLL, MODE_COUNT };
-static const char *const mode_names[MODE_COUNT] = {"epoll", "uring", "uring-poll"};
+enum { MODE_EPOLL, MODE_URING, MODE_URING_POLL, MODE_URING_RECV, MODE_COUNT };
+static const char *const mode_names[MODE_COUNT] = {"epoll", "uring", "uring-poll", "uring-recv"};
 
 #define EPOLL_EVENTS 256
 /* Seconds a run may take before alarm() ends the process. */
@@ -406,13 +406,13 @@ static int uring_setup(side *s) {
   rc = io_uring_register_files(&s->ring, fds, s->o->conns);
   free(fds);
   if (rc < 0) return rc;
-  if (s->mode == MODE_URING) {
+  if (s->mode == MODE_URING || s->mode == MODE_URING_RECV) {
     s->setup_what = "io_uring_register_buf_ring";
     rc = buf_ring_setup(s);
     if (rc < 0) return rc;
   }
   for (unsigned i = 0; i < s->o->conns; i++) {
-    if (s->mode == MODE_URING)
+    if (s->mode == MODE_URING || s->mode == MODE_URING_RECV)
       arm_recv(s, &s->conns[i]);
     else
       arm_poll(s, &s->conns[i], OP_POLL_IN);
@@ -826,7 +826,7 @@ static int probe_uring(unsigned conns, unsigned *flags, char *refused, size_t rl
 
 static void usage(FILE *f) {
   fprintf(f, "usage: weft-uring-echo [--connections C] [--messages M] [--size B] [--repeat K]\n"
-             "                       [--modes epoll,uring,uring-poll] [--unix] [--json]\n"
+             "                       [--modes epoll,uring,uring-poll,uring-recv] [--unix] [--json]\n"
              "Echo round trips over C connections (default 1000), M per connection (100), of B bytes (64),\n"
              "each mode K times (5), interleaved; one client loop thread, one server loop thread.\n");
 }
@@ -925,10 +925,10 @@ int main(int argc, char **argv) {
   unsigned ring_flags = 0;
   char refused[320], flagbuf[96], why[160];
   static result res[MODE_COUNT];
-  if (o.mode[MODE_URING] || o.mode[MODE_URING_POLL]) {
+  if (o.mode[MODE_URING] || o.mode[MODE_URING_POLL] || o.mode[MODE_URING_RECV]) {
     int rc = probe_uring(o.conns, &ring_flags, refused, sizeof refused);
     if (rc < 0) {
-      for (int m = MODE_URING; m <= MODE_URING_POLL; m++)
+      for (int m = MODE_URING; m <= MODE_URING_RECV; m++)
         if (o.mode[m]) {
           res[m].skipped = true;
           snprintf(res[m].why, sizeof res[m].why, "io_uring_queue_init_params: %s", strerror(-rc));

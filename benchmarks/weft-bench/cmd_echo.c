@@ -62,9 +62,11 @@ static const char echo_help[] =
     "  --warmup-connections W  connections of the untimed warm-up right before\n"
     "                   every measurement, min(M, 10) messages each (default C,\n"
     "                   at most C; 0: none)\n"
-    "  --backend B      weft     a fiber per connection on both sides (weft I/O)\n"
-    "                   weft-uring  the same with WEFT_IO_URING=2: the carriers\n"
-    "                            wait in io_uring, socket reads are ring receives\n"
+    "  --backend B      weft     a fiber per connection on both sides (weft I/O; by\n"
+    "                            default the carriers wait in io_uring, and socket\n"
+    "                            reads and writes are ring requests)\n"
+    "                   weft-epoll  the same with WEFT_IO_URING=1: sockets through\n"
+    "                            epoll, read(2) and send(2)\n"
     "                   threads  a thread per connection on both sides (blocking\n"
     "                            sockets, threads with weft's fiber stack size)\n"
     "                   go       a goroutine per connection on both sides (the Go\n"
@@ -88,7 +90,7 @@ static const char echo_help[] =
     "baselines (default: this build's). Exit codes: 0 ok (also when go is\n"
     "skipped), 1 a connection or the server failed, 2 usage.\n";
 
-enum { B_WEFT, B_THREADS, B_GO, B_WEFT_URING, NBACKENDS };
+enum { B_WEFT, B_THREADS, B_GO, B_WEFT_EPOLL, NBACKENDS };
 
 /* ------------------------------------------------------------------------ */
 /* Server and client                                                         */
@@ -283,8 +285,8 @@ static void latency_split(const float *lat, size_t connections, size_t messages,
 /* One measurement: a fresh server of the backend's kind, the clients (timed), the server's stop. */
 static void measure(const echo_setup *es, int b, size_t connections, float *lat, run_result *res) {
   memset(res, 0, sizeof *res);
-  bool weft = b == B_WEFT || b == B_WEFT_URING;
-  if (weft) wb_weft_io_uring(b == B_WEFT_URING ? 2 : -1);
+  bool weft = b == B_WEFT || b == B_WEFT_EPOLL;
+  if (weft) wb_weft_io_uring(b == B_WEFT_EPOLL ? 1 : -1);
   wb_io io = weft ? WB_IO_WEFT : WB_IO_PLAIN;
   echo_srv sctx = {es->timeout_ns};
   wb_server *srv;
@@ -349,7 +351,7 @@ static const wb_choice echo_backends[] = {
     {"weft", "fiber per connection (weft I/O)", NULL, B_WEFT},
     {"threads", "thread per connection (blocking sockets)", NULL, B_THREADS},
     {"go", "goroutine per connection (Go)", NULL, B_GO},
-    {"weft-uring", "fiber per connection (weft I/O, WEFT_IO_URING=2)", NULL, B_WEFT_URING},
+    {"weft-epoll", "fiber per connection (weft I/O, WEFT_IO_URING=1)", NULL, B_WEFT_EPOLL},
 };
 
 /* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
@@ -553,7 +555,7 @@ static size_t warmup_messages(const echo_cmd *c) { return c->messages < 10 ? (si
  * once in the driver's warm-up phase and again right before every timed
  * repetition (WB_CMD_WARMUP_EACH), as the go program runs it in each of its
  * processes: each backend is measured after the same warm-up, not after
- * whatever ran between its repetitions (weft-uring restarts the runtime, an
+ * whatever ran between its repetitions (weft-epoll restarts the runtime, an
  * idle runtime gives stack memory back).
  */
 static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
@@ -642,10 +644,10 @@ static int echo_record(wb_driver *d, const wb_run *r, json_t *rec) {
     if (rc == 0) rc = wb_json_set_str(rec, "go_version", t->go_version);
     if (rc == 0) rc = wb_json_set_int(rec, "gomaxprocs", t->gomaxprocs);
   }
-  if (rc == 0 && (r->id == B_WEFT || r->id == B_WEFT_URING)) {
-    /* Whether the carriers waited in io_uring (the kernel may refuse it: then weft-uring is epoll too). */
+  if (rc == 0 && (r->id == B_WEFT || r->id == B_WEFT_EPOLL)) {
+    /* Whether the carriers waited in io_uring (the kernel may refuse it: then weft is epoll too). */
     weft_info info;
-    bool ring = r->id == B_WEFT_URING && weft_get_info(&info) == 0 && info.io_uring;
+    bool ring = r->id == B_WEFT && weft_get_info(&info) == 0 && info.io_uring;
     rc = wb_json_set_bool(rec, "io_uring", ring);
   }
   if (rc == 0 && r->id == B_WEFT) {
@@ -693,8 +695,8 @@ static void echo_report(wb_driver *d) {
   const wb_run *w = wb_find_run(d, "weft"), *thr = wb_find_run(d, "threads"), *go = wb_find_run(d, "go");
   if (w && thr) wb_print_ratio("weft/threads", w->m[M_MPS], w->n, thr->m[M_MPS], thr->n);
   if (w && go) wb_print_ratio("weft/go", w->m[M_MPS], w->n, go->m[M_MPS], go->n);
-  const wb_run *wu = wb_find_run(d, "weft-uring");
-  if (w && wu) wb_print_ratio("weft-uring/weft", wu->m[M_MPS], wu->n, w->m[M_MPS], w->n);
+  const wb_run *we = wb_find_run(d, "weft-epoll");
+  if (w && we) wb_print_ratio("weft/weft-epoll", w->m[M_MPS], w->n, we->m[M_MPS], we->n);
   for (size_t j = 0; j < d->nruns; j++) {
     const echo_totals *t = d->runs[j].state;
     if (t->failed_conns || t->server_errors || t->warmup_errors)

@@ -81,11 +81,12 @@ static const char http_help[] =
     "                            weft-go-httpget, a process per repetition, against\n"
     "                            the same server; skipped with a message when this\n"
     "                            build has no Go)\n"
-    "                   weft-uring  as weft, with the runtime started with\n"
-    "                            WEFT_IO_URING=2 (carriers wait in io_uring, socket\n"
-    "                            reads are ring receives); with --url only\n"
+    "                   weft-epoll  as weft, with the runtime started with\n"
+    "                            WEFT_IO_URING=1 (sockets through epoll, read(2)\n"
+    "                            and send(2), where weft's default has socket reads\n"
+    "                            and writes as io_uring requests); with --url only\n"
     "                   a comma-separated list; default: all that this build has\n"
-    "                   but weft-uring\n"
+    "                   but weft-epoll\n"
     "  --timeout-ms T   limit of one request, connect included (default 10000)\n"
     "  --repeat K       K repetitions, backends interleaved; medians and spread\n"
     "  --json           one JSON object per backend (JSON Lines) on stdout\n"
@@ -95,7 +96,7 @@ static const char http_help[] =
     "client: the go backend's program runs its own in each of its processes, and\n"
     "weft-bench's backends run theirs before each repetition, so that each client\n"
     "is measured in its steady state (weft's runtime has its fiber stacks by then,\n"
-    "even where the runtime was restarted for weft-uring, or gave memory back while\n"
+    "even where the runtime was restarted for weft-epoll, or gave memory back while\n"
     "other backends ran). With --keepalive the connections a client opens are kept\n"
     "and reused by its later requests (as Go's Transport in its program, and wrk\n"
     "over its run), and a warm-up first opens the client's pool up to C\n"
@@ -108,7 +109,7 @@ static const char http_help[] =
     "skipped), 1 a request or the server failed, 2 usage, 3 a backend this build\n"
     "lacks.\n";
 
-enum { B_WEFT, B_OMP, B_THREADS, B_GO, B_WEFT_URING, NBACKENDS };
+enum { B_WEFT, B_OMP, B_THREADS, B_GO, B_WEFT_EPOLL, NBACKENDS };
 
 /* ------------------------------------------------------------------------ */
 /* One measured run of one backend                                           */
@@ -283,8 +284,8 @@ static wb_http_client *client_of(const http_setup *hs, wb_http_client *cl, bool 
 static void measure(const http_setup *hs, int b, size_t requests, size_t concurrency, bool fresh, float *lat,
                     wb_http_client *kept, run_result *res) {
   memset(res, 0, sizeof *res);
-  bool weft = b == B_WEFT || b == B_WEFT_URING;
-  if (weft && hs->external) wb_weft_io_uring(b == B_WEFT_URING ? 2 : -1);
+  bool weft = b == B_WEFT || b == B_WEFT_EPOLL;
+  if (weft && hs->external) wb_weft_io_uring(b == B_WEFT_EPOLL ? 1 : -1);
   int rc = 0;
   wb_http_client *cl = client_of(hs, kept, weft, concurrency, &rc);
   if (!cl) {
@@ -346,7 +347,7 @@ static const wb_choice http_backends[] = {
     {"omp", "OpenMP parallel for (blocking sockets)", WB_NEEDS_OPENMP, B_OMP},
     {"threads", "thread per request (blocking sockets)", NULL, B_THREADS},
     {"go", "Go net/http client (goroutines)", NULL, B_GO},
-    {"weft-uring", "weft pmap BLOCKING (fibers), WEFT_IO_URING=2", NULL, B_WEFT_URING},
+    {"weft-epoll", "weft pmap BLOCKING (fibers), WEFT_IO_URING=1", NULL, B_WEFT_EPOLL},
 };
 
 /* M_P50 .. M_CORES together and in this order: wb_print_net_cells prints them. */
@@ -444,9 +445,9 @@ static int http_prepare(wb_driver *d) {
     c->totals[ch->id].in_flight = (size_t)c->concurrency;
     c->totals[ch->id].peak_rss_kb = NAN;
     if (ch->id == B_GO) r->family = "go";
-    if (ch->id == B_WEFT_URING && !c->url_arg)
+    if (ch->id == B_WEFT_EPOLL && !c->url_arg)
       wb_skip(d, r,
-              "needs --url (the runtime restarts with WEFT_IO_URING=2; the loopback server runs on it)");
+              "needs --url (the runtime restarts with WEFT_IO_URING=1; the loopback server runs on it)");
 #ifdef _OPENMP
     if (ch->id == B_OMP) c->totals[ch->id].in_flight = (size_t)omp_get_max_threads();
 #endif
@@ -629,7 +630,7 @@ static int measure_go(const http_cmd *c, http_totals *t, run_result *res, char *
  * before every timed repetition (WB_CMD_WARMUP_EACH), as the go backend's
  * program does in each of its processes: a backend is measured as it runs
  * after W requests, not after whatever ran between its repetitions
- * (weft-uring restarts the runtime, whose fiber stacks go with it; an idle
+ * (weft-epoll restarts the runtime, whose fiber stacks go with it; an idle
  * runtime gives stack memory back).
  */
 /* A warm-up's failed requests: counted, and the first one's text on the sample. */
@@ -814,8 +815,8 @@ static void http_report(wb_driver *d) {
   if (w && omp) wb_print_ratio("weft/omp", w->m[M_RPS], w->n, omp->m[M_RPS], omp->n);
   if (w && thr) wb_print_ratio("weft/threads", w->m[M_RPS], w->n, thr->m[M_RPS], thr->n);
   if (w && go) wb_print_ratio("weft/go", w->m[M_RPS], w->n, go->m[M_RPS], go->n);
-  const wb_run *wu = wb_find_run(d, "weft-uring");
-  if (w && wu && !wu->skipped) wb_print_ratio("weft-uring/weft", wu->m[M_RPS], wu->n, w->m[M_RPS], w->n);
+  const wb_run *we = wb_find_run(d, "weft-epoll");
+  if (w && we && !we->skipped) wb_print_ratio("weft/weft-epoll", w->m[M_RPS], w->n, we->m[M_RPS], we->n);
   for (size_t j = 0; j < d->nruns; j++) {
     const http_totals *t = d->runs[j].state;
     if (t->errors || t->warmup_errors)
@@ -879,11 +880,11 @@ int wb_cmd_http(int argc, char **argv) {
    */
   wb_command cmd = http_command;
   char path[4096], why[256], list[64] = "";
-  /* Every backend this build has (omp needs OpenMP) but weft-uring, go left out without its program. */
+  /* Every backend this build has (omp needs OpenMP) but weft-epoll, go left out without its program. */
   bool go = wb_go_find("weft-go-httpget", path, sizeof path, why, sizeof why) == 0;
   size_t n = 0;
   for (size_t i = 0; i < cmd.nchoices; i++)
-    if (!http_backends[i].unavailable && http_backends[i].id != B_WEFT_URING &&
+    if (!http_backends[i].unavailable && http_backends[i].id != B_WEFT_EPOLL &&
         (go || http_backends[i].id != B_GO) && n < sizeof list)
       n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? "," : "", http_backends[i].name);
   cmd.pick_default = list;

@@ -67,7 +67,7 @@ size_t wb_net_thread_stack(void);
 
 /*
  * The weft backends of echo and http differ in the runtime's io_uring
- * setting (`weft` the environment's, -1; `weft-uring` 2): start the runtime
+ * setting (`weft` the environment's, -1; `weft-epoll` 1): start the runtime
  * again (weft_shutdown, weft_configure) when the next repetition wants the
  * other one. Nothing of weft's may be running (http: with --url only).
  */

@@ -86,6 +86,7 @@ int weft_get_stats(weft_stats *out) {
   out->uring_submissions = weft__uring_submissions();
   out->uring_waits = weft__uring_ring_waits();
   out->uring_recvs = weft__uring_recvs();
+  out->uring_sends = weft__uring_sends();
   return 0;
 }
 

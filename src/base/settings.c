@@ -28,7 +28,7 @@ enum {
   S_COUNT, /* a positive whole number; weft_config: 0 unset */
   S_SIZE,  /* bytes, with an optional k, m or g suffix; weft_config: 0 unset */
   S_LEVEL, /* 0 to max, or a bool word (on is 1); environment only */
-  S_MODE,  /* 0 to max, or a bool word (on is 1); weft_config: -1 unset, 0 to max */
+  S_MODE,  /* 0 to max, or a bool word (on is the default); weft_config: -1 unset, 0 to max */
   S_MS0,   /* milliseconds, where 0 is a value (off); environment only */
   S_TEXT,  /* a word that its owner parses (and warns about); weft_config: NULL unset (copied) */
 };
@@ -70,14 +70,12 @@ static const setting table[] = {
      "carriers at most, compensation carriers included"},
     {"WEFT_TRACE_PINNED", S_BOOL, CFG(trace_pinned), OUT(trace_pinned), 0, 0, 1,
      "1: a line on stderr for every pinned carrier, naming the call site"},
-    {"WEFT_IO_URING", S_MODE, CFG(io_uring), OUT(io_uring), 1, 0, 2,
-     "io_uring where the kernel allows (5.19): 1, fibers' regular-file I/O is requests on the carrier's "
-     "ring, "
-     "which is its wait point from the first one on; 2, also every carrier waits in its ring from its start "
-     "and "
-     "fibers' reads of owned sockets are ring receives (fewer system calls, slower here: "
-     "docs/benchmarks.md); "
-     "0, epoll, and files on the offload pool"},
+    {"WEFT_IO_URING", S_MODE, CFG(io_uring), OUT(io_uring), 2, 0, 2,
+     "io_uring where the kernel allows (5.19): 2, every carrier waits in its ring from its start, fibers' "
+     "reads of owned sockets are ring receives and their writes ring sends, submitted in batches, and "
+     "regular-file I/O is ring requests (docs/benchmarks.md); 1, only fibers' regular-file I/O, the "
+     "carrier's ring its wait point from the first one on, sockets through epoll; 0, epoll, and files on "
+     "the offload pool"},
     {"WEFT_OFFLOAD_MAX", S_COUNT, CFG(offload_max), OUT(offload_max), 64, 0, UINT32_MAX,
      "offload threads at most (weft_blocking, and file I/O without io_uring)"},
     {"WEFT_EXPLAIN", S_LEVEL, NO_CFG, OUT(explain), 0, 0, 2,
@@ -163,7 +161,7 @@ static bool from_env(const setting *t, unsigned long long *v) {
       return n <= t->most;
     }
     b = weft__env_bool(t->env);
-    *v = b == 1 ? 1 : 0;
+    *v = b == 1 ? t->dflt : 0;
     return b >= 0;
   case S_LEVEL:
     if (weft__env_size(t->env, &n)) {

@@ -13,10 +13,11 @@
  * A plain thread does not use the registration: it blocks in poll(2), in
  * slices of THREAD_SLICE_MS so that weft_fd_close and cancellation reach it.
  *
- * A fiber's read of a socket skips all that where its carrier has an
- * io_uring: it is one receive request on the ring (poll/uring.h), and falls
- * back on the loop above only where that cannot be (no ring, or another
- * fiber's receive already in flight on the socket).
+ * A fiber's read or write of a socket skips all that where its carrier
+ * reads sockets through its io_uring (WEFT_IO_URING=2, the default): it is
+ * one receive or send request on the ring (poll/uring.h), and falls back on
+ * the loop above only where that cannot be (no ring, or another fiber's
+ * request in the same direction already in flight on the socket).
  */
 #include "../base/clock.h"
 #include "../base/internal.h"
@@ -279,8 +280,19 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
   rw_ctx c = {v, iovcnt, -1};
   size_t done = 0;
   ssize_t r = 0;
+  /* A fiber's write of a socket: send requests on its carrier's ring, where its reads are receives there. */
+  weft__fiber *self = s->socket && deadline_ns != 0 ? weft__parkable_self() : NULL;
+  bool ring = self && weft__uring_reads(weft__fiber_poller(self));
   while (done < total) {
-    r = op_loop(s, true, deadline_ns, try_write, &c, NULL);
+    r = -ENOSYS;
+    if (ring) {
+      weft__fiber_stay(self, true); /* the request is on this carrier's ring */
+      r = (ssize_t)weft__uring_send(weft__fiber_poller(self), s, c.iov, c.iovcnt, deadline_ns);
+      weft__fiber_stay(self, false);
+      ring = r != -ENOSYS;
+      if (r == -EAGAIN) r = -ENOSYS; /* the kernel did not wait for room: wait the ordinary way */
+    }
+    if (r == -ENOSYS) r = op_loop(s, true, deadline_ns, try_write, &c, NULL);
     if (r < 0) break;
     done += (size_t)r;
     /* Step over what went out. */

@@ -191,10 +191,15 @@ int weft__owned_close(uint64_t id) {
   weft__lock_acquire(&s->lock);
   wake_dir(&s->rd);
   wake_dir(&s->wr);
+  /* A receive or a send in a ring: its fiber takes the request back, then leaves (and lets go of the
+   * slot). */
   if (s->rd.ring) {
-    /* A receive in a ring: its fiber takes the request back, then leaves (and lets go of the slot). */
     weft__waiter_wake(s->rd.ring);
     s->rd.ring = NULL;
+  }
+  if (s->wr.ring) {
+    weft__waiter_wake(s->wr.ring);
+    s->wr.ring = NULL;
   }
   weft__lock_release(&s->lock);
   weft__owned_release(s); /* the last one out closes the descriptor */
@@ -267,7 +272,7 @@ int weft__owned_wait(weft__oslot *s, bool write, unsigned seen, int64_t deadline
     weft__lock_release(&s->lock);
     return 0;
   }
-  if (d->waiter || (!write && d->ring)) { /* one fiber per direction, whichever way it waits */
+  if (d->waiter || d->ring) { /* one fiber per direction, whichever way it waits */
     weft__lock_release(&s->lock);
     return -EBUSY;
   }

@@ -25,9 +25,10 @@
  * epoll data carries the generation too, so neither a stale handle nor a
  * stale event can reach the slot's next descriptor.
  *
- * A fiber's read may instead be a receive on its carrier's ring (uring.h);
- * its waiter sits in the read direction's `ring`, which only a close wakes
- * (edges say nothing to a receive the kernel completes by itself).
+ * A fiber's read or write may instead be a receive or a send on its
+ * carrier's ring (uring.h); its waiter sits in the direction's `ring`, which
+ * only a close wakes (edges say nothing to a request the kernel completes
+ * by itself).
  *
  * Closing: a slot counts the calls that use it (refs); weft_fd_close marks
  * it closing, wakes every waiter (the ring receive's too), and the last call to leave (or close
@@ -48,7 +49,7 @@ typedef struct weft__odir {
   atomic_uint empty_at; /* edges when a call last saw EAGAIN (valid when `empty`); the callers' (relaxed) */
   atomic_bool empty;    /* a call saw EAGAIN (or drained a TCP socket) at empty_at: one reader at a time */
   weft__waiter *waiter; /* parked here, or NULL: under lock */
-  weft__waiter *ring; /* a fiber whose receive is a ring request (uring.c; reads only), or NULL: under lock */
+  weft__waiter *ring;   /* a fiber whose receive or send is a ring request (uring.c), or NULL: under lock */
   atomic_uint_fast32_t revents; /* the POLL* bits of the last edge, for weft_fd_poll */
 } weft__odir;
 

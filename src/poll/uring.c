@@ -89,10 +89,11 @@ static atomic_int usable = -1;
 bool weft__uring_in_use(void) { return atomic_load_explicit(&usable, memory_order_relaxed) == 1; }
 
 /* For weft_get_stats: relaxed adds on lines that only these paths write. */
-static atomic_uint_fast64_t submissions, ring_waits, recvs;
+static atomic_uint_fast64_t submissions, ring_waits, recvs, sends;
 uint64_t weft__uring_submissions(void) { return atomic_load_explicit(&submissions, memory_order_relaxed); }
 uint64_t weft__uring_ring_waits(void) { return atomic_load_explicit(&ring_waits, memory_order_relaxed); }
 uint64_t weft__uring_recvs(void) { return atomic_load_explicit(&recvs, memory_order_relaxed); }
+uint64_t weft__uring_sends(void) { return atomic_load_explicit(&sends, memory_order_relaxed); }
 
 static void count_submit(ring *r) {
   if (io_uring_sq_ready(&r->ring)) atomic_fetch_add_explicit(&submissions, 1, memory_order_relaxed);
@@ -348,6 +349,39 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
       left -= n;
     }
   }
+  if (weft__owned_closing(s) && !op.done) return -EBADF;
+  if (weft__owned_closing(s) && op.res == -ECANCELED) return -EBADF;
+  return op_result(&op, st, deadline_ns);
+}
+
+int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                         int64_t deadline_ns) {
+  if (!weft__uring_reads(p) || weft__fault(WEFT__F_URING)) return -ENOSYS;
+  ring *r = p->uring;
+  uop op;
+  op_init(&op, WEFT__WAIT_WRITE, (const void *)(intptr_t)s->fd);
+  if (!op_room(r, deadline_ns)) return -ENOSYS;
+  /* As a receive: closing wakes the send's waiter; a second fiber's send writes the ordinary way. */
+  weft__lock_acquire(&s->lock);
+  bool closing = weft__owned_closing(s), taken = s->wr.ring != NULL;
+  if (!closing && !taken) s->wr.ring = &op.w;
+  weft__lock_release(&s->lock);
+  if (closing) return -EBADF;
+  if (taken) return -ENOSYS;
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring); /* room checked: only this thread fills the queue */
+  struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+  if (iovcnt == 1)
+    io_uring_prep_send(sqe, s->fd, iov[0].iov_base, iov[0].iov_len > UINT32_MAX ? UINT32_MAX : iov[0].iov_len,
+                       MSG_NOSIGNAL);
+  else
+    io_uring_prep_sendmsg(sqe, s->fd, &m, MSG_NOSIGNAL); /* m is read at submission, on this stack */
+  io_uring_sqe_set_data(sqe, &op);
+  op_queued(r, &op, sqe, deadline_ns);
+  atomic_fetch_add_explicit(&sends, 1, memory_order_relaxed);
+  uint32_t st = op_wait(r, &op);
+  weft__lock_acquire(&s->lock);
+  if (s->wr.ring == &op.w) s->wr.ring = NULL; /* else a close took it */
+  weft__lock_release(&s->lock);
   if (weft__owned_closing(s) && !op.done) return -EBADF;
   if (weft__owned_closing(s) && op.res == -ECANCELED) return -EBADF;
   return op_result(&op, st, deadline_ns);

@@ -18,7 +18,12 @@
  *  - a fiber's reads of an owned socket (weft_fd_read): a receive that the
  *    kernel tries at submission and otherwise completes when data comes, so
  *    a read costs no system call of its own, neither the read nor the one
- *    that would say EAGAIN.
+ *    that would say EAGAIN;
+ *  - a fiber's writes of an owned socket (weft_fd_write): a send, which the
+ *    kernel does at submission when the socket has room (the usual case)
+ *    and otherwise when room comes. The carrier submits the sends of all
+ *    its fibers in one enter, so a busy carrier's round trips cost a
+ *    fraction of a system call each.
  *
  * Only the carrier touches its ring (the fiber whose request is in flight
  * stays on it: weft__fiber_stay). Where io_uring is missing, refused
@@ -83,6 +88,18 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
                          int64_t deadline_ns);
 
 /*
+ * One write of owned socket s from iov as a send request (MSG_NOSIGNAL) on
+ * the calling fiber's carrier's ring, parked until it completes: a count or
+ * a negative errno, as weft__uring_recv (-EBADF when weft_fd_close came
+ * first; -ENOSYS when it cannot be a ring request, or another fiber's send
+ * on s is in flight: the caller writes the ordinary way). The request is
+ * submitted with the carrier's next batch (uring.c), so sends of many
+ * fibers cost one system call.
+ */
+int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                         int64_t deadline_ns);
+
+/*
  * The carrier's side. flush: submit queued requests, if `idle` (the carrier
  * has nothing else to run; completions that the kernel keeps for the
  * carrier's own enter are posted too) or enough are queued. reap: deliver
@@ -104,5 +121,6 @@ bool weft__uring_in_use(void);
 uint64_t weft__uring_submissions(void);
 uint64_t weft__uring_ring_waits(void);
 uint64_t weft__uring_recvs(void);
+uint64_t weft__uring_sends(void);
 
 #endif /* WEFT_IO_URING_H */

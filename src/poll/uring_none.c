@@ -20,6 +20,16 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
   WEFT__UNUSED(deadline_ns);
   return -ENOSYS;
 }
+
+int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                         int64_t deadline_ns) {
+  WEFT__UNUSED(p);
+  WEFT__UNUSED(s);
+  WEFT__UNUSED(iov);
+  WEFT__UNUSED(iovcnt);
+  WEFT__UNUSED(deadline_ns);
+  return -ENOSYS;
+}
 int weft__uring_attach(weft__poller *p) {
   WEFT__UNUSED(p);
   return -ENOSYS;
@@ -46,3 +56,4 @@ bool weft__uring_in_use(void) { return false; }
 uint64_t weft__uring_submissions(void) { return 0; }
 uint64_t weft__uring_ring_waits(void) { return 0; }
 uint64_t weft__uring_recvs(void) { return 0; }
+uint64_t weft__uring_sends(void) { return 0; }
