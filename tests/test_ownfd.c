@@ -768,6 +768,94 @@ static void *ring_writes(void *arg) {
   return NULL;
 }
 
+/*
+ * A stream socket's reads as one multishot receive (the default where the
+ * kernel has it): the kernel delivers what comes, and what a read had no
+ * room for is kept for the next read, whoever makes it (a thread too), in
+ * order; weft_fd_poll sees kept bytes as readable. A reader that stops
+ * reading still pushes back on the writer: the receive keeps at most a few
+ * hundred KiB and then ends, so the socket's buffers fill and the write
+ * waits (without that limit it would have taken all 8 MiB).
+ */
+typedef struct kept_ctx {
+  weft_fd fd;
+  ssize_t got;
+} kept_ctx;
+
+static void *thread_read_kept(void *arg) {
+  kept_ctx *k = arg;
+  char b[16] = {0};
+  k->got = weft_fd_read(k->fd, b, sizeof b, in_ms(5000));
+  if (k->got == 5 && memcmp(b, "fghij", 5) != 0) k->got = -1000;
+  return NULL;
+}
+
+typedef struct big_writer {
+  weft_fd fd;
+  size_t len;
+  atomic_size_t done;
+} big_writer;
+
+static void *write_big(void *arg) {
+  big_writer *w = arg;
+  static char chunk[65536];
+  size_t off = 0;
+  while (off < w->len) {
+    for (size_t i = 0; i < sizeof chunk; i++) chunk[i] = (char)((off + i) % 253);
+    ssize_t r = weft_fd_write(w->fd, chunk, sizeof chunk, in_ms(20000));
+    if (r <= 0) break;
+    off += (size_t)r;
+    atomic_store(&w->done, off);
+  }
+  return NULL;
+}
+
+static void *ring_kept(void *arg) {
+  bool ring = *(bool *)arg;
+  weft_fd p[2];
+  CHECK(1, owned_pair(p) == 0);
+  char b[4] = {0};
+  /* The first read arms the receive; then 10 bytes come, and a 3-byte read takes the first 3. */
+  CHECK(2, weft_fd_read(p[1], b, sizeof b, in_ms(10)) == -ETIMEDOUT);
+  CHECK(3, weft_fd_write(p[0], "abcdefghij", 10, -1) == 10);
+  CHECK(4, weft_fd_read(p[1], b, 3, in_ms(5000)) == 3 && memcmp(b, "abc", 3) == 0);
+  /* The rest waits in the socket or in the slot: readable either way, and read in order. */
+  CHECK(5, weft_fd_poll(p[1], POLLIN, in_ms(5000)) & POLLIN);
+  CHECK(6, weft_fd_read(p[1], b, 2, in_ms(5000)) == 2 && memcmp(b, "de", 2) == 0);
+  /* A thread reads the next bytes, wherever they are. */
+  kept_ctx k = {p[1], 0};
+  pthread_t t;
+  CHECK(7, pthread_create(&t, NULL, thread_read_kept, &k) == 0);
+  pthread_join(t, NULL);
+  CHECK(8, k.got == 5);
+  /* Flow control: nobody reads p[1] now, and a writer of 8 MiB on a thread must stall. */
+  big_writer w = {p[0], 8u << 20, 0};
+  CHECK(9, weft_fd_read(p[1], b, 1, in_ms(10)) == -ETIMEDOUT); /* armed again, if it had ended */
+  CHECK(10, pthread_create(&t, NULL, write_big, &w) == 0);
+  weft_sleep_ns(300 * MS); /* parked: the carrier goes on receiving meanwhile */
+  size_t stalled = atomic_load(&w.done);
+  CHECK(11, stalled < w.len);
+  (void)ring;
+  /* Then every byte arrives, in order. */
+  static char in[65536];
+  size_t got = 0;
+  while (got < w.len) {
+    ssize_t r = weft_fd_read(p[1], in, sizeof in, in_ms(20000));
+    if (r <= 0) break;
+    for (ssize_t i = 0; i < r; i++)
+      if (in[i] != (char)((got + (size_t)i) % 253)) {
+        pthread_join(t, NULL);
+        CHECK(12, false);
+      }
+    got += (size_t)r;
+  }
+  pthread_join(t, NULL);
+  CHECK(13, got == w.len);
+  weft_fd_close(p[0]);
+  weft_fd_close(p[1]);
+  return NULL;
+}
+
 /* A write that waits for room (nobody reads the peer) until its future is cancelled. */
 static void *blocked_writer(void *arg) {
   weft_fd fd = *(weft_fd *)arg;
@@ -838,6 +926,7 @@ static void test_ring_reads(void) {
   bool ring = info.io_uring && all;
   CU_ASSERT_EQUAL(on_fiber(ring_reads, &ring), 0);
   CU_ASSERT_EQUAL(on_fiber(ring_writes, &ring), 0);
+  CU_ASSERT_EQUAL(on_fiber(ring_kept, &ring), 0);
   /* On a thread: poll(2), read(2) and send(2), never the ring. */
   bool none = false;
   CU_ASSERT_EQUAL((intptr_t)ring_reads(&none), 0);

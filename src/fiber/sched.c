@@ -1467,6 +1467,8 @@ static void *carrier_main(void *arg) {
   /* The ring, where allowed, is set up here: it belongs to this thread (SINGLE_ISSUER). Else epoll. */
   (void)weft__poller_attach(&c->poller);
   sched_loop(c);
+  /* Receives armed on the ring end here, on its own thread, with what they hold delivered. */
+  weft__uring_quiesce(&c->poller);
   weft__overflow_thread_fini();
   tls_carrier = NULL;
   if (c->extra) atomic_fetch_sub(&rt.nextra, 1);

@@ -228,10 +228,25 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
   weft__oslot *s = enter(f, deadline_ns, &err);
   if (!s) return err;
   /*
-   * A fiber's read of a socket: a receive on its carrier's ring, where the
-   * carrier has one (uring.h). The kernel tries it when the carrier next
-   * enters the ring, and completes it when data comes: no read of its own,
-   * no read that says EAGAIN, no wait for an edge.
+   * A stream socket: its reads are a multishot receive on a carrier's ring
+   * once a fiber on a carrier that reads sockets through its ring has read
+   * it (uring.h): the kernel receives whatever comes, and a read takes it
+   * from there, or waits for it. Every reader of such a socket, a thread
+   * too, reads what that receive delivered.
+   */
+  if (s->stream) {
+    weft__fiber *me = weft__parkable_self();
+    int64_t rr = weft__uring_rx_read(me ? weft__fiber_poller(me) : NULL, s, iov, iovcnt, deadline_ns);
+    if (rr != -ENOSYS) {
+      weft__owned_release(s);
+      return (ssize_t)rr;
+    }
+  }
+  /*
+   * Another socket's read on a fiber (a datagram's): a receive on its
+   * carrier's ring, where the carrier reads sockets there. The kernel tries
+   * it when the carrier next enters the ring, and completes it when data
+   * comes: no read of its own, no read that says EAGAIN, no wait for an edge.
    */
   weft__fiber *self = s->socket && deadline_ns != 0 ? weft__parkable_self() : NULL;
   if (self && weft__uring_reads(weft__fiber_poller(self))) {
@@ -331,14 +346,15 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
  * connection.
  */
 enum { INQ_OFF, INQ_ON, INQ_TRY };
-static int own(int fd, bool socket, bool tcp, int inq, bool set_nonblock, int old_flags, weft_fd *out) {
+static int own(int fd, bool socket, bool tcp, bool stream, int inq, bool set_nonblock, int old_flags,
+               weft_fd *out) {
   if (set_nonblock) {
     int rc = weft__setfl(fd, old_flags | O_NONBLOCK);
     if (rc < 0) return rc;
   }
   if (inq == INQ_TRY) inq = tcp && weft__tcp_inq_on(fd) == 0 ? INQ_ON : INQ_OFF;
   uint64_t id;
-  int rc = weft__owned_new(fd, socket, tcp, inq == INQ_ON, &id);
+  int rc = weft__owned_new(fd, socket, tcp, inq == INQ_ON, stream, &id);
   if (rc < 0) {
     if (set_nonblock) fcntl(fd, F_SETFL, old_flags); /* as it was */
     return rc;
@@ -347,12 +363,17 @@ static int own(int fd, bool socket, bool tcp, int inq, bool set_nonblock, int ol
   return 0;
 }
 
-/* A TCP socket (SO_PROTOCOL): its short reads drain it (poll/owned.h). */
-static bool is_tcp(int fd) {
+/*
+ * A socket's kind: a stream (SO_TYPE), whose ring reads may be a multishot
+ * receive (poll/uring.h: bytes without boundaries can be kept for the next
+ * read), and of those TCP (SO_PROTOCOL), whose short reads drain it
+ * (poll/owned.h).
+ */
+static void sock_kind(int fd, bool *tcp, bool *stream) {
   int proto = 0, type = 0;
   socklen_t l1 = sizeof proto, l2 = sizeof type;
-  return getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l1) == 0 && proto == IPPROTO_TCP &&
-         getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 && type == SOCK_STREAM;
+  *stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 && type == SOCK_STREAM;
+  *tcp = *stream && getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l1) == 0 && proto == IPPROTO_TCP;
 }
 
 int weft_fd_open(int fd, weft_fd *out) {
@@ -363,15 +384,18 @@ int weft_fd_open(int fd, weft_fd *out) {
   if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) || S_ISDIR(st.st_mode)) return -EPERM;
   int fl = fcntl(fd, F_GETFL);
   if (fl < 0) return -errno;
-  return own(fd, S_ISSOCK(st.st_mode), S_ISSOCK(st.st_mode) && is_tcp(fd), INQ_TRY, !(fl & O_NONBLOCK), fl,
-             out);
+  bool sock = S_ISSOCK(st.st_mode), tcp = false, stream = false;
+  if (sock) sock_kind(fd, &tcp, &stream);
+  return own(fd, sock, tcp, stream, INQ_TRY, !(fl & O_NONBLOCK), fl, out);
 }
 
 int weft_fd_socket(int domain, int type, int protocol, weft_fd *out) {
   if (!out) return -EINVAL;
   int fd = weft__socket(domain, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
   if (fd < 0) return fd;
-  int rc = own(fd, true, is_tcp(fd), INQ_TRY, false, 0, out);
+  bool tcp, stream;
+  sock_kind(fd, &tcp, &stream);
+  int rc = own(fd, true, tcp, stream, INQ_TRY, false, 0, out);
   if (rc < 0) close(fd);
   return rc;
 }
@@ -448,7 +472,7 @@ int weft_fd_accept(weft_fd listener, struct sockaddr *addr, socklen_t *addrlen, 
   if (c < 0) return (int)c;
   /* A TCP listener's connections are TCP, and inherit its TCP_INQ (the kernel clones the listener's socket).
    */
-  int rc = own((int)c, true, s->tcp, s->inq ? INQ_ON : INQ_OFF, false, 0, out);
+  int rc = own((int)c, true, s->tcp, s->stream, s->inq ? INQ_ON : INQ_OFF, false, 0, out);
   if (rc < 0) close((int)c);
   return rc;
 }
@@ -490,6 +514,11 @@ int weft_fd_poll(weft_fd f, short events, int64_t deadline_ns) {
   int rc;
   for (;;) {
     unsigned seen = atomic_load(wr ? &s->wr.edges : &s->rd.edges);
+    /* Bytes (or the end) that a multishot receive took from the socket are still to be read. */
+    if (rd && weft__uring_rx_ready(s)) {
+      rc = POLLIN;
+      break;
+    }
     struct pollfd p = {.fd = s->fd, .events = events};
     int n = poll(&p, 1, 0);
     if (n > 0) {

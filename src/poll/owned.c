@@ -56,7 +56,11 @@ static void fork_child(void) { pthread_mutex_init(&table_mu, NULL); }
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void fork_register(void) { weft__on_fork(fork_prepare, fork_parent, fork_child); }
 
-int weft__owned_new(int fd, bool socket, bool tcp, bool inq, uint64_t *id) {
+weft__oslot *weft__owned_at(uint32_t idx) { return slot_at(idx); }
+
+unsigned weft__owned_epoch(void) { return atomic_load(&epoch); }
+
+int weft__owned_new(int fd, bool socket, bool tcp, bool inq, bool stream, uint64_t *id) {
   pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&table_mu);
   uint32_t idx = free_head;
@@ -102,6 +106,8 @@ int weft__owned_new(int fd, bool socket, bool tcp, bool inq, uint64_t *id) {
   s->socket = socket;
   s->tcp = tcp;
   s->inq = inq;
+  s->stream = stream;
+  weft__uring_rx_reset(s);
   atomic_store(&s->rd_odd, false);
   atomic_store(&s->reg_epfd, -1);
   atomic_store(&s->reg_rd, false);
@@ -147,6 +153,8 @@ static void owned_final(weft__oslot *s) {
    */
   if (ep >= 0 && atomic_load(&s->reg_epoch) == atomic_load(&epoch))
     weft__epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+  /* A multishot receive in a ring holds the socket open: end it, or the peer never sees the close. */
+  weft__uring_rx_final(s);
   close(fd); /* on Linux the descriptor is gone even when close reports EINTR or EIO: nothing to retry */
   s->fd = -1;
   atomic_store(&s->reg_epfd, -1);

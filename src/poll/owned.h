@@ -43,6 +43,9 @@
 #include "../sync/wait.h"
 #include "poller.h"
 
+/* A slot's multishot receive (uring.c). */
+typedef struct weft__urx weft__urx;
+
 /* One direction of a slot. */
 typedef struct weft__odir {
   atomic_uint edges;    /* edges reported by epoll for this direction (any carrier; under lock) */
@@ -61,6 +64,8 @@ typedef struct weft__oslot {
   bool socket;                      /* a socket: writes use send(MSG_NOSIGNAL) */
   bool tcp;                         /* a TCP socket: a read can drain it (see weft__owned_drained) */
   bool inq;                         /* TCP_INQ is on: a read (recvmsg) says what it left in the queue */
+  bool stream;                      /* a stream socket: its ring reads may be a multishot receive (uring.h) */
+  weft__urx *_Atomic rx;            /* that receive's state and the bytes it delivered early (uring.c) */
   atomic_bool rd_odd;               /* an edge said urgent data, end of stream, hang-up or error: sticky */
   atomic_int reg_epfd;              /* the epoll it is registered with, -1 none (or registering: -2) */
   atomic_uint reg_epoch;            /* weft__owned_epoch() when it was registered */
@@ -75,7 +80,14 @@ typedef struct weft__oslot {
 #define WEFT__OREF_FINAL   (1ull << 63)
 
 /* Allocate a slot for fd (already non-blocking); *id gets the handle. 0 or -ENOMEM. */
-int weft__owned_new(int fd, bool socket, bool tcp, bool inq, uint64_t *id);
+int weft__owned_new(int fd, bool socket, bool tcp, bool inq, bool stream, uint64_t *id);
+
+/* The slot at index idx (an event's or a request's tag), or NULL; its generation says whether it is still
+ * the tagged descriptor's. */
+weft__oslot *weft__owned_at(uint32_t idx);
+
+/* The registrations' epoch (weft__owned_new_epoch): what a ring's request of a slot was armed under. */
+unsigned weft__owned_epoch(void);
 
 /*
  * After a read that found the receive queue empty when it ended, with the

@@ -53,6 +53,10 @@ int weft__poller_init(weft__poller *p, unsigned uring) {
   atomic_store_explicit(&p->owned_waiting, 0, memory_order_relaxed);
   p->uring = NULL;
   p->uring_mode = (uint8_t)uring;
+  weft__lock_init(&p->rx_lock, WEFT__LOCK_LEAF);
+  p->rx_cancels = NULL;
+  atomic_store_explicit(&p->rx_pending, false, memory_order_relaxed);
+  p->rx_closed = true; /* until its carrier has a ring (uring.c) */
   int ep = weft__epoll_create();
   if (ep < 0) return ep;
   int ev = weft__eventfd();

@@ -19,6 +19,7 @@
 #define WEFT_IO_POLLER_H
 
 #include "../base/internal.h"
+#include "../base/lock.h"
 #include "../sync/wait.h"
 
 /* The waiters of one descriptor on one carrier. */
@@ -39,6 +40,11 @@ typedef struct weft__poller {
   atomic_size_t owned_waiting; /* fibers parked on owned descriptors registered here (any carrier's) */
   void *uring;                 /* the carrier's io_uring (uring.c), its wait point once set up, or NULL */
   uint8_t uring_mode;          /* WEFT_IO_URING: 0 no ring, 1 a ring for files (on first use), 2 for all */
+  /* Other threads' requests to end a multishot receive armed on this carrier's ring (uring.c). */
+  weft__lock rx_lock;     /* guards rx_cancels and rx_closed (WEFT__LOCK_LEAF) */
+  void *rx_cancels;       /* the requests, a list */
+  atomic_bool rx_pending; /* rx_cancels is not empty: the owner looks at it when it reaps */
+  bool rx_closed;         /* the owner has left its ring (weft__uring_quiesce): no request is taken */
 } weft__poller;
 
 /* Open the poller; `uring`: WEFT_IO_URING's mode for its carrier (uring.h). 0 or -errno (nothing is left open

@@ -42,6 +42,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../base/clock.h"
@@ -65,6 +66,17 @@
 #define TAG_NONE  1u /* linked timeouts, cancels: nobody waits for their completion */
 #define TAG_EPOLL 2u /* the multishot poll on the carrier's epoll instance */
 #define TAG_WAKE  3u /* the multishot poll on its wake-up eventfd */
+/* A slot's multishot receive: TAG_RX | the slot's generation (24 bits) << 32 | its index. */
+#define TAG_RX (1ull << 63)
+/* The cancel of one (TAG_CANCEL | the address of its rx_cancel). */
+#define TAG_CANCEL   (1ull << 62)
+#define TAG_GEN_MASK 0xffffffu
+/* Provided buffers of a ring, for the multishot receives: NBUFS of BUFSZ bytes, group BGID. */
+#define NBUFS 1024u
+#define BUFSZ 2048u
+#define BGID  0
+/* Bytes a slot keeps for its next read before its receive is ended (and armed again by a read). */
+#define RX_MAX (256u * 1024u)
 
 typedef struct ring {
   struct io_uring ring;
@@ -72,7 +84,47 @@ typedef struct ring {
   bool epoll_armed; /* the poll on the epoll instance is in place (or queued) */
   bool wake_armed;  /* the poll on the wake-up eventfd */
   unsigned setup;   /* the setup flags the kernel accepted */
+  /* Multishot receives (WEFT_IO_URING=2, where the kernel has provided-buffer rings: 5.19, and 6.0's
+   * multishot receive, found out by the first one armed). */
+  struct io_uring_buf_ring *br; /* the provided buffers' ring, or NULL: no multishot receives here */
+  unsigned char *bufs;          /* NBUFS buffers of BUFSZ */
+  int returned;                 /* buffers given back in this reap, made visible at its end */
+  size_t rx_armed;              /* multishot receives armed here whose last completion has not come */
+  bool quiescing;               /* the carrier is leaving (weft__uring_quiesce): its epoll is not looked at */
+  bool rx_off;                  /* the kernel refused a multishot receive: none is armed here again */
 } ring;
+
+/* A request to end a multishot receive (weft__uring_rx_final): the ring's owner cancels it. */
+typedef struct rx_cancel {
+  weft__waiter w;         /* the requester waits here (when `waits`) */
+  uint64_t tag;           /* the receive's user_data */
+  bool waits;             /* another thread: it waits on w, else it looks at `done` */
+  bool done;              /* the cancel completed: the receive takes no more bytes */
+  struct rx_cancel *next; /* in the poller's list */
+} rx_cancel;
+
+/* The carrier whose thread this is, once it has a ring (its own requests need no hand-over). */
+static _Thread_local const weft__poller *tls_owner;
+
+/* A reader waiting for a multishot receive's bytes: the carrier copies them into its vectors. */
+typedef struct rx_reader {
+  weft__waiter w;
+  const struct iovec *iov;
+  int iovcnt;
+  size_t got; /* bytes copied in */
+} rx_reader;
+
+/* A slot's multishot receive (owned.h: s->rx), under the slot's lock. */
+struct weft__urx {
+  weft__poller *on;   /* the poller whose ring has the receive armed, or NULL */
+  uint64_t tag;       /* its user_data */
+  unsigned epoch;     /* weft__owned_epoch() when armed (a shutdown or a fork ends every ring) */
+  bool cancelling;    /* asked to end (too many bytes kept) */
+  int end;            /* 0; 1 the end of the stream; or the negative errno the receive ended with */
+  rx_reader *reader;  /* the reader waiting, or NULL */
+  unsigned char *buf; /* kept bytes: buf[head, head + len) */
+  size_t head, len, cap;
+};
 
 typedef struct uop {
   weft__waiter w;    /* the fiber waits here for the completion */
@@ -179,6 +231,44 @@ static void fork_register(void) { weft__on_fork(fork_prepare, fork_parent, fork_
 
 static int attach_locked(weft__poller *p);
 
+/* The provided buffers of the multishot receives: r->br stays NULL where the kernel has none (before 5.19).
+ */
+static void br_setup(ring *r) {
+  size_t ring_bytes = NBUFS * sizeof(struct io_uring_buf);
+  void *m = mmap(NULL, ring_bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  if (m == MAP_FAILED) return;
+  void *b = mmap(NULL, (size_t)NBUFS * BUFSZ, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
+  if (b == MAP_FAILED) {
+    munmap(m, ring_bytes);
+    return;
+  }
+  struct io_uring_buf_reg reg;
+  memset(&reg, 0, sizeof reg);
+  reg.ring_addr = (uint64_t)(uintptr_t)m;
+  reg.ring_entries = NBUFS;
+  reg.bgid = BGID;
+  if (weft__fault(WEFT__F_URING) || io_uring_register_buf_ring(&r->ring, &reg, 0) != 0) {
+    munmap(m, ring_bytes);
+    munmap(b, (size_t)NBUFS * BUFSZ);
+    return;
+  }
+  r->br = m;
+  r->bufs = b;
+  io_uring_buf_ring_init(r->br);
+  int mask = io_uring_buf_ring_mask(NBUFS);
+  for (unsigned i = 0; i < NBUFS; i++)
+    io_uring_buf_ring_add(r->br, r->bufs + (size_t)i * BUFSZ, BUFSZ, (unsigned short)i, mask, (int)i);
+  io_uring_buf_ring_advance(r->br, (int)NBUFS);
+}
+
+static void br_free(ring *r) {
+  if (!r->br) return;
+  munmap(r->br, NBUFS * sizeof(struct io_uring_buf));
+  munmap(r->bufs, (size_t)NBUFS * BUFSZ);
+  r->br = NULL;
+  r->bufs = NULL;
+}
+
 int weft__uring_attach(weft__poller *p) {
   if (p->uring) return 0;
   pthread_once(&fork_once, fork_register);
@@ -224,7 +314,13 @@ static int attach_locked(weft__poller *p) {
     return rc;
   }
   atomic_store(&usable, 1);
+  /* Where fibers' socket reads are ring requests: buffers for the multishot receives (else one-shot ones). */
+  if (p->uring_mode >= 2) br_setup(r);
   p->uring = r;
+  tls_owner = p;
+  weft__lock_acquire(&p->rx_lock);
+  p->rx_closed = false; /* requests to end a receive are taken from now on */
+  weft__lock_release(&p->rx_lock);
   return 0;
 }
 
@@ -387,6 +483,358 @@ int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *io
   return op_result(&op, st, deadline_ns);
 }
 
+/* --- multishot receives ------------------------------------------------------------------------ */
+
+/* Copy n bytes from src into the vectors, from byte `at` of them on; returns how many fitted. */
+static size_t iov_put(const struct iovec *iov, int iovcnt, size_t at, const unsigned char *src, size_t n) {
+  size_t done = 0;
+  for (int i = 0; i < iovcnt && done < n; i++) {
+    size_t l = iov[i].iov_len;
+    if (at >= l) {
+      at -= l;
+      continue;
+    }
+    size_t c = l - at < n - done ? l - at : n - done;
+    memcpy((unsigned char *)iov[i].iov_base + at, src + done, c);
+    done += c;
+    at = 0;
+  }
+  return done;
+}
+
+/* Keep n bytes for the next read. 0 or -ENOMEM. */
+static int rx_keep(weft__urx *x, const unsigned char *src, size_t n) {
+  if (x->head + x->len + n > x->cap) {
+    if (x->head) {
+      memmove(x->buf, x->buf + x->head, x->len);
+      x->head = 0;
+    }
+    if (x->len + n > x->cap) {
+      size_t cap = x->cap ? 2 * x->cap : 4096;
+      while (cap < x->len + n) cap *= 2;
+      unsigned char *b = weft__realloc(x->buf, cap);
+      if (!b) return -ENOMEM;
+      x->buf = b;
+      x->cap = cap;
+    }
+  }
+  memcpy(x->buf + x->head + x->len, src, n);
+  x->len += n;
+  return 0;
+}
+
+/* A completion of s's receive on p's ring, delivered under the slot's lock. Returns waiters woken. */
+static int rx_deliver(weft__poller *p, ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool more,
+                      const unsigned char *data, uint64_t tag) {
+  if (res > 0 && data) {
+    size_t n = (size_t)res, off = 0;
+    rx_reader *rd = x->reader;
+    /* Straight into the waiting reader's buffers: nothing is kept before it (it took what was). */
+    if (rd && x->len == 0) {
+      off = iov_put(rd->iov, rd->iovcnt, rd->got, data, n);
+      rd->got += off;
+    }
+    if (off < n && rx_keep(x, data + off, n - off) < 0 && !x->end) x->end = -ENOMEM;
+  } else if (res == 0) {
+    x->end = 1;
+  } else if (res == -EINVAL || res == -EOPNOTSUPP) {
+    /* No multishot receive in this kernel (before 6.0): reads go the ordinary way from now on. */
+    r->rx_off = true;
+  } else if (res < 0 && res != -ENOBUFS && res != -ECANCELED && !x->end) {
+    x->end = res; /* ENOBUFS and our own cancel only end the request: the next read arms it again */
+  }
+  if (!more) {
+    x->on = NULL;
+    x->cancelling = false;
+  } else if (x->len > RX_MAX && !x->cancelling) {
+    /* The reader does not keep up: end the request, and the socket's buffer does the waiting. */
+    struct io_uring_sqe *c = sqe_get(r);
+    if (c) {
+      io_uring_prep_cancel64(c, tag, 0);
+      io_uring_sqe_set_data64(c, TAG_NONE);
+      x->cancelling = true;
+    }
+  }
+  (void)p;
+  int woken = 0;
+  rx_reader *rd = x->reader;
+  if (rd && (rd->got || x->len || x->end || !x->on)) {
+    x->reader = NULL;
+    if (s->rd.ring == &rd->w) s->rd.ring = NULL;
+    woken += weft__waiter_wake(&rd->w) ? 1 : 0;
+  }
+  /* weft_fd_poll's waiters see the bytes as an edge. */
+  atomic_fetch_add(&s->rd.edges, 1);
+  weft__waiter *w = s->rd.waiter;
+  if (w) {
+    s->rd.waiter = NULL;
+    woken += weft__waiter_wake(w) ? 1 : 0;
+  }
+  return woken;
+}
+
+/* The carrier: a completion tagged TAG_RX. Returns waiters woken. */
+static int rx_event(weft__poller *p, ring *r, uint64_t tag, int32_t res, uint32_t flags) {
+  bool more = flags & IORING_CQE_F_MORE;
+  const unsigned char *data = NULL;
+  unsigned bid = 0;
+  if (flags & IORING_CQE_F_BUFFER) {
+    bid = flags >> IORING_CQE_BUFFER_SHIFT;
+    data = r->bufs + (size_t)bid * BUFSZ;
+    if (res > 0) MAKE_DEFINED(data, (size_t)res);
+  }
+  if (!more) r->rx_armed--;
+  int woken = 0;
+  weft__oslot *s = weft__owned_at((uint32_t)tag);
+  if (s) {
+    weft__lock_acquire(&s->lock);
+    weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
+    /* A completion of the slot's earlier descriptor (closed since) concerns nobody. */
+    if (x && x->on == p && (atomic_load(&s->gen) & TAG_GEN_MASK) == ((tag >> 32) & TAG_GEN_MASK))
+      woken = rx_deliver(p, r, s, x, res, more, data, tag);
+    weft__lock_release(&s->lock);
+  }
+  /* The buffer goes back to the kernel (visible at the end of the reap). */
+  if (data && r->br)
+    io_uring_buf_ring_add(r->br, (void *)data, BUFSZ, (unsigned short)bid, io_uring_buf_ring_mask(NBUFS),
+                          r->returned++);
+  return woken;
+}
+
+/* Arm s's receive on p's ring (the calling fiber's carrier). Under the slot's lock. */
+static bool rx_arm(weft__poller *p, ring *r, weft__oslot *s, weft__urx *x, unsigned epoch) {
+  struct io_uring_sqe *sqe = sqe_get(r);
+  if (!sqe) return false;
+  io_uring_prep_recv_multishot(sqe, s->fd, NULL, 0, 0);
+  sqe->flags |= IOSQE_BUFFER_SELECT;
+  sqe->buf_group = BGID;
+  x->tag = TAG_RX | ((uint64_t)(atomic_load(&s->gen) & TAG_GEN_MASK) << 32) | s->idx;
+  io_uring_sqe_set_data64(sqe, x->tag);
+  x->on = p;
+  x->epoch = epoch;
+  x->cancelling = false;
+  r->rx_armed++;
+  return true;
+}
+
+/* Move kept bytes into the vectors. */
+static size_t rx_take(weft__urx *x, const struct iovec *iov, int iovcnt) {
+  size_t n = 0;
+  for (int i = 0; i < iovcnt && x->len; i++) {
+    size_t c = iov[i].iov_len < x->len ? iov[i].iov_len : x->len;
+    memcpy(iov[i].iov_base, x->buf + x->head, c);
+    x->head += c;
+    x->len -= c;
+    n += c;
+  }
+  if (!x->len) x->head = 0;
+  return n;
+}
+
+int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns) {
+  ring *r = p && weft__uring_reads(p) ? p->uring : NULL;
+  if (r && (!r->br || r->rx_off || weft__fault(WEFT__F_URING))) r = NULL;
+  /* Made once per slot, by the first reader that can arm a receive, and kept with the slot. */
+  weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
+  if (!x) {
+    if (!r) return -ENOSYS; /* the ordinary read, without a lock */
+    weft__urx *n = weft__calloc(1, sizeof *n);
+    if (!n) return -ENOSYS;
+    weft__urx *none = NULL;
+    if (!atomic_compare_exchange_strong(&s->rx, &none, n)) weft__free(n);
+    x = atomic_load(&s->rx);
+  }
+  weft__lock_acquire(&s->lock);
+  unsigned epoch = weft__owned_epoch();
+  int64_t res;
+  for (;;) {
+    if (weft__owned_closing(s)) {
+      res = -EBADF;
+      break;
+    }
+    if (x->len) {
+      res = (int64_t)rx_take(x, iov, iovcnt);
+      break;
+    }
+    if (x->end) {
+      /* An error is said once; after it, as after the end, reads see the end. */
+      res = x->end > 0 ? 0 : x->end;
+      x->end = 1;
+      break;
+    }
+    if (!(x->on && x->epoch == epoch)) {
+      /* Nothing armed (or armed by a ring gone with an earlier runtime): arm it here, or read elsewise. */
+      if (!r || deadline_ns == 0 || r->rx_off || !rx_arm(p, r, s, x, epoch)) {
+        res = -ENOSYS;
+        break;
+      }
+    }
+    if (deadline_ns == 0) {
+      res = -ETIMEDOUT;
+      break;
+    }
+    if (x->reader || s->rd.ring || s->rd.waiter) { /* one reader at a time, whichever way it waits */
+      res = -EBUSY;
+      break;
+    }
+    rx_reader rd = {.iov = iov, .iovcnt = iovcnt, .got = 0};
+    weft__waiter_init(&rd.w, true);
+    weft__waiter_on(&rd.w, WEFT__WAIT_READ, (const void *)(intptr_t)s->fd);
+    x->reader = &rd;
+    s->rd.ring = &rd.w; /* weft_fd_close wakes it there */
+    weft__lock_release(&s->lock);
+    uint32_t st = weft__waiter_wait(&rd.w, deadline_ns);
+    weft__lock_acquire(&s->lock);
+    if (x->reader == &rd) x->reader = NULL;
+    if (s->rd.ring == &rd.w) s->rd.ring = NULL;
+    /* Bytes handed over before the wait ended otherwise are the read's result. */
+    if (rd.got) {
+      res = (int64_t)rd.got;
+      break;
+    }
+    if (st != WEFT__W_WOKEN) {
+      res = weft__owned_closing(s) ? -EBADF : weft__waiter_errno(st);
+      break;
+    }
+  }
+  weft__lock_release(&s->lock);
+  if (res != -ENOSYS) atomic_fetch_add_explicit(&recvs, 1, memory_order_relaxed);
+  return res;
+}
+
+bool weft__uring_rx_ready(weft__oslot *s) {
+  const weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
+  if (!x) return false;
+  weft__lock_acquire(&s->lock);
+  bool ready = x->len || x->end;
+  weft__lock_release(&s->lock);
+  return ready;
+}
+
+void weft__uring_rx_reset(weft__oslot *s) {
+  weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
+  if (!x) return;
+  x->on = NULL;
+  x->cancelling = false;
+  x->end = 0;
+  x->reader = NULL;
+  x->head = x->len = 0;
+  if (x->cap > RX_MAX) { /* a big one is not kept for the next descriptor */
+    weft__free(x->buf);
+    x->buf = NULL;
+    x->cap = 0;
+  }
+}
+
+/* Queue the cancel of c->tag on r (its owner's thread). */
+static void cancel_queue(ring *r, rx_cancel *c) {
+  struct io_uring_sqe *sqe = sqe_get(r);
+  if (!sqe) return; /* cannot be: sqe_get submits a full queue */
+  io_uring_prep_cancel64(sqe, c->tag, 0);
+  io_uring_sqe_set_data64(sqe, TAG_CANCEL | (uint64_t)(uintptr_t)c);
+}
+
+/* The owner: the cancels other threads asked for. */
+static void cancels_take(weft__poller *p, ring *r) {
+  /* Sequentially consistent, as the requester's store: a carrier about to sleep has announced it
+   * (weft__poller_prepare_sleep) before it looks, so either it sees the request or the requester sees it
+   * sleeping and wakes it. */
+  if (!atomic_load(&p->rx_pending)) return;
+  weft__lock_acquire(&p->rx_lock);
+  rx_cancel *c = p->rx_cancels;
+  p->rx_cancels = NULL;
+  atomic_store_explicit(&p->rx_pending, false, memory_order_relaxed);
+  weft__lock_release(&p->rx_lock);
+  for (rx_cancel *next; c; c = next) {
+    next = c->next;
+    cancel_queue(r, c);
+  }
+  submit(r);
+}
+
+/* The owner: a cancel's completion. */
+static int cancel_done(ring *r, rx_cancel *c, int32_t res) {
+  if (res == -EALREADY) { /* the receive was running just then: ask again */
+    cancel_queue(r, c);
+    return 0;
+  }
+  c->done = true;
+  return c->waits && weft__waiter_wake(&c->w) ? 1 : 0;
+}
+
+void weft__uring_rx_final(weft__oslot *s) {
+  const weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
+  if (!x) return;
+  weft__lock_acquire(&s->lock);
+  weft__poller *p = x->epoch == weft__owned_epoch() ? x->on : NULL;
+  rx_cancel c = {.tag = x->tag};
+  weft__lock_release(&s->lock);
+  if (!p) return;
+  /*
+   * The receive holds the socket open and would take bytes that a dup of it
+   * (or another process's copy) is to read: end it before the descriptor
+   * closes, and wait until the kernel has. Only the ring's owner may ask.
+   */
+  if (tls_owner == p) {
+    /* On the owner's thread (a fiber of that carrier): ask, and reap until done. */
+    ring *r = p->uring;
+    cancel_queue(r, &c);
+    for (int i = 0; i < 5000 && !c.done; i++) {
+      struct io_uring_cqe *cqe;
+      struct __kernel_timespec ts = {0, 1000000};
+      (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
+      weft__uring_reap(p);
+    }
+    return;
+  }
+  c.waits = true;
+  weft__waiter_init(&c.w, false);
+  weft__waiter_on(&c.w, WEFT__WAIT_READ, (const void *)(intptr_t)s->fd);
+  weft__lock_acquire(&p->rx_lock);
+  bool closed = p->rx_closed; /* the owner has left its ring (or has none): nothing of it is armed */
+  if (!closed) {
+    c.next = p->rx_cancels;
+    p->rx_cancels = &c;
+    atomic_store(&p->rx_pending, true); /* before the look at `sleeping` in weft__poller_wake */
+  }
+  weft__lock_release(&p->rx_lock);
+  if (closed) return;
+  weft__poller_wake(p);
+  weft__waiter_wait(&c.w, -1);
+}
+
+void weft__uring_quiesce(weft__poller *p) {
+  ring *r = p->uring;
+  if (!r) return;
+  r->quiescing = true;
+  /* Every request of the ring ends (nothing else is in flight as the carrier leaves); the receives
+   * deliver what they hold first. */
+  struct io_uring_sqe *c = r->rx_armed ? sqe_get(r) : NULL;
+  if (c) {
+    io_uring_prep_cancel64(c, 0, IORING_ASYNC_CANCEL_ANY);
+    io_uring_sqe_set_data64(c, TAG_NONE);
+  }
+  for (int i = 0; i < 500 && r->rx_armed; i++) {
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = {0, 2000000};
+    (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
+    weft__uring_reap(p);
+  }
+  /* No request is taken from now on; those already asked are answered: nothing is armed any more. */
+  weft__lock_acquire(&p->rx_lock);
+  p->rx_closed = true;
+  rx_cancel *q = p->rx_cancels;
+  p->rx_cancels = NULL;
+  weft__lock_release(&p->rx_lock);
+  for (rx_cancel *next; q; q = next) {
+    next = q->next;
+    q->done = true;
+    weft__waiter_wake(&q->w);
+  }
+  tls_owner = NULL;
+}
+
 void weft__uring_flush(weft__poller *p, bool idle) {
   ring *r = p->uring;
   if (!r) return;
@@ -402,12 +850,14 @@ void weft__uring_flush(weft__poller *p, bool idle) {
 
 bool weft__uring_busy(const weft__poller *p) {
   const ring *r = p->uring;
-  return r && r->in_flight > 0;
+  /* Armed receives too: their completions are posted only in the carrier's own enter (DEFER_TASKRUN). */
+  return r && (r->in_flight > 0 || r->rx_armed > 0);
 }
 
 int weft__uring_reap(weft__poller *p) {
   ring *r = p->uring;
   if (!r) return 0;
+  cancels_take(p, r);
   /* Completions that overflowed the queue wait in the kernel until we ask. */
   if (IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW) io_uring_get_events(&r->ring);
   int woken = 0;
@@ -416,9 +866,18 @@ int weft__uring_reap(weft__poller *p) {
   while (io_uring_peek_cqe(&r->ring, &cqe) == 0) {
     uint64_t tag = io_uring_cqe_get_data64(cqe);
     int32_t res = cqe->res;
-    bool more = cqe->flags & IORING_CQE_F_MORE;
+    uint32_t flags = cqe->flags;
+    bool more = flags & IORING_CQE_F_MORE;
     io_uring_cqe_seen(&r->ring, cqe);
     if (tag == TAG_NONE) continue;
+    if (tag & TAG_RX) {
+      woken += rx_event(p, r, tag, res, flags);
+      continue;
+    }
+    if (tag & TAG_CANCEL) {
+      woken += cancel_done(r, (rx_cancel *)(uintptr_t)(tag & ~TAG_CANCEL), res);
+      continue;
+    }
     if (tag == TAG_EPOLL) {
       if (!more) r->epoll_armed = false; /* armed again before the next wait */
       harvest |= res > 0;
@@ -434,13 +893,18 @@ int weft__uring_reap(weft__poller *p) {
     r->in_flight--;
     woken += weft__waiter_wake(op->reaping ? &op->back : &op->w);
   }
+  if (r->returned) {
+    io_uring_buf_ring_advance(r->br, r->returned);
+    r->returned = 0;
+  }
   /* The epoll instance has events: collect them without waiting (and before the poll is armed again). */
-  if (harvest || !r->epoll_armed) woken += weft__poller_harvest(p);
+  if ((harvest || !r->epoll_armed) && !r->quiescing) woken += weft__poller_harvest(p);
   return woken;
 }
 
 int weft__uring_wait(weft__poller *p, int64_t deadline_ns) {
   ring *r = p->uring;
+  cancels_take(p, r); /* asked for before the carrier announced its sleep: the requester did not wake it */
   arm_polls(p, r);
   count_submit(r);
   atomic_fetch_add_explicit(&ring_waits, 1, memory_order_relaxed);
@@ -467,6 +931,7 @@ void weft__uring_fini(weft__poller *p) {
   pthread_mutex_lock(&setup_mu);
   io_uring_queue_exit(&r->ring);
   pthread_mutex_unlock(&setup_mu);
+  br_free(r);
   weft__free(r);
   p->uring = NULL;
 }

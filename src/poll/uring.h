@@ -88,6 +88,46 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
                          int64_t deadline_ns);
 
 /*
+ * Reads of an owned stream socket (s->stream) as a multishot receive: one
+ * request, armed by the first read of a fiber on a carrier that reads
+ * sockets through its ring (p, that fiber's poller; NULL for any other
+ * caller), that stays in the kernel and receives whatever comes into
+ * buffers the ring provides. The carrier that owns the ring hands each
+ * completion's bytes to the reader waiting for them, copied into its
+ * buffers, or keeps them in the slot for the next read (more than
+ * RX_MAX kept ends the request until a read drains them: the kernel's
+ * flow control again). A read takes what is kept, else the end of the
+ * stream or the error the receive ended with, else waits; every caller of
+ * a socket whose receive is armed or has kept bytes reads this way,
+ * threads too. Returns a count, 0 at the end of the stream, -ETIMEDOUT,
+ * -ECANCELED, -EBADF (closed), -EBUSY (another reader waits), or -ENOSYS
+ * when the caller should read the ordinary way: no receive armed and none
+ * to arm (a thread, no ring, a kernel without multishot receives or
+ * provided buffers, a full submission queue), or a deadline of 0 with
+ * nothing kept and nothing armed.
+ */
+int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns);
+/* Has s bytes or an end kept by its multishot receive (weft_fd_poll: readable)? Takes the slot's lock. */
+bool weft__uring_rx_ready(weft__oslot *s);
+/* The slot is (re)used for a new descriptor: forget its receive and kept bytes. Under the slot's lock. */
+void weft__uring_rx_reset(weft__oslot *s);
+/*
+ * The last reference of a closing slot, before close(): where a receive is
+ * armed, shut the socket's read side down, which ends it (the ring's
+ * request holds the file open, so without it the close would not reach the
+ * peer).
+ */
+void weft__uring_rx_final(weft__oslot *s);
+
+/*
+ * The carrier, on its own thread as it leaves: end the multishot receives
+ * armed on its ring and deliver what they had (kept in their slots), so
+ * that no bytes go down with the ring.
+ */
+void weft__uring_quiesce(weft__poller *p);
+
+/*
  * One write of owned socket s from iov as a send request (MSG_NOSIGNAL) on
  * the calling fiber's carrier's ring, parked until it completes: a count or
  * a negative errno, as weft__uring_recv (-EBADF when weft_fd_close came

@@ -57,3 +57,20 @@ uint64_t weft__uring_submissions(void) { return 0; }
 uint64_t weft__uring_ring_waits(void) { return 0; }
 uint64_t weft__uring_recvs(void) { return 0; }
 uint64_t weft__uring_sends(void) { return 0; }
+
+int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns) {
+  WEFT__UNUSED(p);
+  WEFT__UNUSED(s);
+  WEFT__UNUSED(iov);
+  WEFT__UNUSED(iovcnt);
+  WEFT__UNUSED(deadline_ns);
+  return -ENOSYS;
+}
+bool weft__uring_rx_ready(weft__oslot *s) {
+  WEFT__UNUSED(s);
+  return false;
+}
+void weft__uring_rx_reset(weft__oslot *s) { WEFT__UNUSED(s); }
+void weft__uring_rx_final(weft__oslot *s) { WEFT__UNUSED(s); }
+void weft__uring_quiesce(weft__poller *p) { WEFT__UNUSED(p); }
