@@ -509,16 +509,27 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  *
  * Reads and writes on a fiber: where the carriers wait in io_uring
  * (WEFT_IO_URING=2, the default, where the kernel allows it: weft_get_info's
- * io_uring), a fiber's read of an owned socket is a receive request on its
- * carrier's ring, which the kernel tries when the carrier next enters the
- * ring and otherwise completes when data comes, and its write a send
- * request (MSG_NOSIGNAL) that completes when the kernel has taken the bytes;
- * the carrier submits the requests of all its fibers in one io_uring_enter
- * when it has nothing else to run (or 32 are queued), which is also where
- * it waits: no read(2), send(2) or readiness wait of their own
+ * io_uring), a fiber's write of an owned socket is a send request on its
+ * carrier's ring (MSG_NOSIGNAL) that completes when the kernel has taken the
+ * bytes, and the reads of a stream socket are one multishot receive on the
+ * ring of the carrier whose fiber read it first (Linux 6.0; before, and for
+ * other sockets, each read is a receive request): the kernel receives into
+ * buffers the ring provides as data comes, and the carrier copies it into
+ * the waiting reader's buffer, or keeps it in the descriptor's slot for the
+ * next read. Every read of such a socket, a plain thread's too, takes the
+ * kept bytes first, in order, and weft_fd_poll counts them as readable; a
+ * read with a deadline of 0 returns what has been received so far. At most
+ * 256 KiB are kept: then the receive ends until a read has taken them, so a
+ * reader that stops reading still holds its writer back. The carrier submits
+ * the requests of all its fibers in one io_uring_enter when it has nothing
+ * else to run (or 32 are queued, or every 61 fibers it runs), which is also
+ * where it waits: no read(2), send(2) or readiness wait of their own
  * (weft_get_stats: uring_recvs, uring_sends). Results, deadlines, close and
- * cancellation are as described here. Pipes, terminals and eventfds, and
- * calls on plain threads, go through the registration above.
+ * cancellation are as described here; weft_fd_close ends the receive before
+ * the descriptor closes (bytes written after it stay for whoever else holds
+ * the socket), and kept bytes nobody read go with the handle. Pipes,
+ * terminals and eventfds, and calls on plain threads, go through the
+ * registration above.
  *
  * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
  * blocks in poll(2). One fiber per direction at a time: a second fiber
@@ -551,7 +562,10 @@ WEFT_EXTERN int weft_fd_socket(int domain, int type, int protocol, weft_fd *out)
 WEFT_EXTERN int weft_fd_close(weft_fd f);
 /*
  * The descriptor, for setsockopt, bind, listen, getsockname and the like;
- * it stays weft's (do not close it). -EBADF for a closed handle.
+ * it stays weft's (do not close it). Do not read it directly: with the
+ * default WEFT_IO_URING=2 a stream socket's bytes may already be in weft's
+ * hands (see "Reads and writes on a fiber" above). -EBADF for a closed
+ * handle.
  */
 WEFT_EXTERN int weft_fd_native(weft_fd f);
 /* One read (a short count is possible, 0 at end of file), as read(2). */

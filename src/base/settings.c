@@ -71,11 +71,10 @@ static const setting table[] = {
     {"WEFT_TRACE_PINNED", S_BOOL, CFG(trace_pinned), OUT(trace_pinned), 0, 0, 1,
      "1: a line on stderr for every pinned carrier, naming the call site"},
     {"WEFT_IO_URING", S_MODE, CFG(io_uring), OUT(io_uring), 2, 0, 2,
-     "io_uring where the kernel allows (5.19): 2, every carrier waits in its ring from its start, fibers' "
-     "reads of owned sockets are ring receives and their writes ring sends, submitted in batches, and "
-     "regular-file I/O is ring requests (docs/benchmarks.md); 1, only fibers' regular-file I/O, the "
-     "carrier's ring its wait point from the first one on, sockets through epoll; 0, epoll, and files on "
-     "the offload pool"},
+     "io_uring where the kernel allows (5.19): 2, fibers' reads of owned stream sockets are a multishot "
+     "receive (6.0) and their writes ring sends, submitted in batches, and regular-file I/O is ring "
+     "requests, each carrier's ring its wait point from its first such request on (docs/benchmarks.md); "
+     "1, only regular-file I/O, sockets through epoll; 0, epoll, and files on the offload pool"},
     {"WEFT_OFFLOAD_MAX", S_COUNT, CFG(offload_max), OUT(offload_max), 64, 0, UINT32_MAX,
      "offload threads at most (weft_blocking, and file I/O without io_uring)"},
     {"WEFT_EXPLAIN", S_LEVEL, NO_CFG, OUT(explain), 0, 0, 2,

@@ -1464,8 +1464,8 @@ static void *carrier_main(void *arg) {
    */
   if (hooks.in_region) (void)hooks.in_region();
   weft__overflow_thread_init(); /* without it an overflow still ends the process, just with no message */
-  /* The ring, where allowed, is set up here: it belongs to this thread (SINGLE_ISSUER). Else epoll. */
-  (void)weft__poller_attach(&c->poller);
+  /* The carrier waits in epoll until its first file request (or, with WEFT_IO_URING=2, socket request)
+   * sets up its io_uring on this thread (SINGLE_ISSUER): poll/uring.h. */
   sched_loop(c);
   /* Receives armed on the ring end here, on its own thread, with what they hold delivered. */
   weft__uring_quiesce(&c->poller);

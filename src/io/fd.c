@@ -249,7 +249,7 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
    * comes: no read of its own, no read that says EAGAIN, no wait for an edge.
    */
   weft__fiber *self = s->socket && deadline_ns != 0 ? weft__parkable_self() : NULL;
-  if (self && weft__uring_reads(weft__fiber_poller(self))) {
+  if (self && weft__uring_sockets(weft__fiber_poller(self))) {
     weft__fiber_stay(self, true); /* the request is on this carrier's ring */
     int64_t rr = weft__uring_recv(weft__fiber_poller(self), s, iov, iovcnt, deadline_ns);
     weft__fiber_stay(self, false);
@@ -297,7 +297,7 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
   ssize_t r = 0;
   /* A fiber's write of a socket: send requests on its carrier's ring, where its reads are receives there. */
   weft__fiber *self = s->socket && deadline_ns != 0 ? weft__parkable_self() : NULL;
-  bool ring = self && weft__uring_reads(weft__fiber_poller(self));
+  bool ring = self && weft__uring_sockets(weft__fiber_poller(self));
   while (done < total) {
     r = -ENOSYS;
     if (ring) {

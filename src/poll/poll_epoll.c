@@ -293,8 +293,6 @@ int weft__poller_harvest(weft__poller *p) {
   return woken;
 }
 
-int weft__poller_attach(weft__poller *p) { return p->uring_mode >= 2 ? weft__uring_attach(p) : 0; }
-
 int weft__poller_wait(weft__poller *p, int64_t deadline_ns) {
   if (weft__uring_waits(p)) return weft__uring_wait(p, deadline_ns);
   struct epoll_event evs[EVENTS];

@@ -54,11 +54,6 @@ typedef struct weft__poller {
 int weft__poller_init(weft__poller *p, unsigned uring);
 void weft__poller_fini(weft__poller *p);
 
-/* The owner, on its own thread before its first wait: set up its io_uring as its wait point where its mode is
- * 2 (with 1 the first file request does). 0, or a negative errno with the poller waiting in epoll (nothing
- * lost). */
-int weft__poller_attach(weft__poller *p);
-
 /* Collect the epoll instance's events without waiting and deliver them (the ring's wait point calls it when
  * its poll of the epoll completes). Owner only. Returns waiters woken. */
 int weft__poller_harvest(weft__poller *p);

@@ -34,6 +34,33 @@
  *
  * The ring has a completion queue of CQ_ENTRIES (the kernel keeps overflow,
  * NODROP, 5.5).
+ *
+ * Multishot receives (WEFT_IO_URING=2). A stream socket's reads are one
+ * request for the socket's life, armed on the ring of the carrier whose
+ * fiber read it first, with IOSQE_BUFFER_SELECT from the ring's provided
+ * buffers (NBUFS of BUFSZ, a buffer ring registered at setup). Each
+ * completion carries a buffer; the carrier, under the slot's lock, copies
+ * its bytes into the vectors of the reader waiting (rx_reader, registered in
+ * the slot like a ring receive's waiter) or keeps them in the slot (struct
+ * weft__urx), wakes the reader, and gives the buffer back at the end of the
+ * reap. A reader may run on any carrier, or be a thread: the bytes come to
+ * it, so it does not stay on the ring's carrier. The request ends (a
+ * completion without F_MORE) at the end of the stream, on an error, when the
+ * buffers ran out (ENOBUFS: the next read arms it again), or when we cancel
+ * it: more than RX_MAX kept, a close, or the carrier leaving.
+ *
+ * Only the ring's owner may submit (SINGLE_ISSUER; io_uring_register's sync
+ * cancel refuses other threads too), yet a close may come from anywhere and
+ * must not return while the request still takes bytes (a dup of the socket
+ * would lose what comes next). So weft__uring_rx_final queues an rx_cancel
+ * on the owner's poller and wakes it as new work is woken; the owner takes
+ * the queue when it reaps and when it is about to wait (after announcing
+ * its sleep: the requester's store and the owner's look are both
+ * sequentially consistent, so one of them sees the other), submits the
+ * cancels, and wakes each requester when its cancel completes. On the
+ * owner's own thread the cancel is submitted and reaped in place. A carrier
+ * that leaves cancels every request of its ring, reaps until its receives
+ * have ended (their bytes kept in their slots), and closes its queue.
  */
 #include "uring.h"
 
@@ -633,7 +660,7 @@ static size_t rx_take(weft__urx *x, const struct iovec *iov, int iovcnt) {
 
 int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
                             int64_t deadline_ns) {
-  ring *r = p && weft__uring_reads(p) ? p->uring : NULL;
+  ring *r = p && weft__uring_sockets(p) ? p->uring : NULL;
   if (r && (!r->br || r->rx_off || weft__fault(WEFT__F_URING))) r = NULL;
   /* Made once per slot, by the first reader that can arm a receive, and kept with the slot. */
   weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);

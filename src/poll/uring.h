@@ -4,8 +4,9 @@
  *
  * Where the kernel allows it (Linux 5.19: COOP_TASKRUN; 6.1 adds
  * SINGLE_ISSUER and DEFER_TASKRUN, used where accepted), each carrier sets
- * up a ring of its own when it starts, on its own thread, and from then on
- * waits there instead of in epoll_wait: its epoll instance and its wake-up
+ * up a ring of its own at its first request that wants one (a regular
+ * file's, or with WEFT_IO_URING=2, the default, an owned socket's), on its
+ * own thread, and from then on waits there instead of in epoll_wait: its epoll instance and its wake-up
  * eventfd are multishot polls on the ring, so descriptor waits and wake-ups
  * still end the wait, and everything else a fiber asks of the kernel on that
  * carrier is a request in the same ring, submitted in batches in the enter
@@ -50,8 +51,9 @@ typedef struct weft__uring_req {
 } weft__uring_req;
 
 /*
- * The carrier, on its own thread before it runs anything (again when a
- * request finds no ring): set up p's ring and make it p's wait point. 0, or a
+ * The carrier, on its own thread, at the first request that wants a ring (a
+ * regular file's, or with WEFT_IO_URING=2 a socket's; again at the next such
+ * request if it failed): set up p's ring and make it p's wait point. 0, or a
  * negative errno with p left waiting in epoll.
  */
 int weft__uring_attach(weft__poller *p);
@@ -60,6 +62,19 @@ int weft__uring_attach(weft__poller *p);
 static inline bool weft__uring_waits(const weft__poller *p) { return p->uring != NULL; }
 /* Are fibers' socket reads on p's carrier ring receives (WEFT_IO_URING=2, and the ring is there)? */
 static inline bool weft__uring_reads(const weft__poller *p) { return p->uring != NULL && p->uring_mode >= 2; }
+
+/*
+ * The same, for a fiber about to read or write a socket on p's carrier (its
+ * own thread): with WEFT_IO_URING=2 the ring is set up now if the carrier
+ * has none yet, and is its wait point from then on. A carrier that never
+ * touches an owned socket keeps waiting in epoll: sleeps, yields and raw
+ * descriptors cost there what they always did.
+ */
+static inline bool weft__uring_sockets(weft__poller *p) {
+  if (p->uring_mode < 2) return false;
+  if (!p->uring) (void)weft__uring_attach(p);
+  return p->uring != NULL;
+}
 
 /* The wait of weft__poller_wait on a ring: submit, wait until a completion or the deadline, deliver. */
 int weft__uring_wait(weft__poller *p, int64_t deadline_ns);
