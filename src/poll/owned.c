@@ -187,6 +187,11 @@ static int wake_dir(weft__odir *d) {
   return weft__waiter_wake(w) ? 1 : 0;
 }
 
+int weft__owned_edge(weft__odir *d) {
+  atomic_fetch_add(&d->edges, 1);
+  return wake_dir(d);
+}
+
 int weft__owned_close(uint64_t id) {
   weft__oslot *s = weft__owned_acquire(id);
   if (!s) return -EBADF;
@@ -318,13 +323,11 @@ int weft__owned_event(uint64_t tag, uint32_t ev) {
     if (ev & (EPOLLPRI | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) atomic_store(&s->rd_odd, true);
     if (rd) {
       atomic_store_explicit(&s->rd.revents, re, memory_order_relaxed);
-      atomic_fetch_add(&s->rd.edges, 1);
-      woken += wake_dir(&s->rd);
+      woken += weft__owned_edge(&s->rd);
     }
     if (wr) {
       atomic_store_explicit(&s->wr.revents, re, memory_order_relaxed);
-      atomic_fetch_add(&s->wr.edges, 1);
-      woken += wake_dir(&s->wr);
+      woken += weft__owned_edge(&s->wr);
     }
   }
   weft__lock_release(&s->lock);

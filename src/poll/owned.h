@@ -136,6 +136,9 @@ int weft__owned_register(weft__oslot *s, weft__poller *p, bool read);
  */
 int weft__owned_wait(weft__oslot *s, bool write, unsigned seen, int64_t deadline_ns);
 
+/* An edge in direction d, under the slot's lock: count it and wake its waiter. Returns waiters woken. */
+int weft__owned_edge(weft__odir *d);
+
 /* The poller's side: an epoll event whose data is `tag` (owned kind). Returns waiters woken. */
 int weft__owned_event(uint64_t tag, uint32_t events);
 

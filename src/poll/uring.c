@@ -436,6 +436,29 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
   return op_result(&op, st, deadline_ns);
 }
 
+/*
+ * A socket request of a fiber, in direction d of slot s: its waiter goes in
+ * d->ring, where weft_fd_close wakes it (owned.c). 0; -EBADF when the slot
+ * is closing; -ENOSYS when another fiber's request in that direction is in
+ * flight (the caller goes the ordinary way).
+ */
+static int dir_claim(weft__oslot *s, weft__odir *d, uop *op) {
+  weft__lock_acquire(&s->lock);
+  bool closing = weft__owned_closing(s), taken = d->ring != NULL;
+  if (!closing && !taken) d->ring = &op->w;
+  weft__lock_release(&s->lock);
+  return closing ? -EBADF : taken ? -ENOSYS : 0;
+}
+
+/* After op_wait: take the waiter back (unless a close took it) and say what the caller is told. */
+static int64_t dir_release(weft__oslot *s, weft__odir *d, const uop *op, uint32_t st, int64_t deadline_ns) {
+  weft__lock_acquire(&s->lock);
+  if (d->ring == &op->w) d->ring = NULL;
+  weft__lock_release(&s->lock);
+  if (weft__owned_closing(s) && (!op->done || op->res == -ECANCELED)) return -EBADF;
+  return op_result(op, st, deadline_ns);
+}
+
 int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
                          int64_t deadline_ns) {
   if (!weft__uring_reads(p) || weft__fault(WEFT__F_URING)) return -ENOSYS;
@@ -443,13 +466,8 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
   uop op;
   op_init(&op, WEFT__WAIT_READ, (const void *)(intptr_t)s->fd);
   if (!op_room(r, deadline_ns)) return -ENOSYS;
-  /* Closing wakes the receive's waiter (owned.c); a second fiber's receive reads the ordinary way. */
-  weft__lock_acquire(&s->lock);
-  bool closing = weft__owned_closing(s), taken = s->rd.ring != NULL;
-  if (!closing && !taken) s->rd.ring = &op.w;
-  weft__lock_release(&s->lock);
-  if (closing) return -EBADF;
-  if (taken) return -ENOSYS;
+  int claimed = dir_claim(s, &s->rd, &op);
+  if (claimed < 0) return claimed;
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring); /* room checked: only this thread fills the queue */
   if (iovcnt == 1) {
     io_uring_prep_recv(sqe, s->fd, iov[0].iov_base, iov[0].iov_len > UINT32_MAX ? UINT32_MAX : iov[0].iov_len,
@@ -460,9 +478,6 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
   op_queued(r, &op, sqe, deadline_ns);
   atomic_fetch_add_explicit(&recvs, 1, memory_order_relaxed);
   uint32_t st = op_wait(r, &op);
-  weft__lock_acquire(&s->lock);
-  if (s->rd.ring == &op.w) s->rd.ring = NULL; /* else a close took it */
-  weft__lock_release(&s->lock);
   if (op.res > 0) {
     /* The kernel wrote the buffers behind Valgrind's back. */
     size_t left = (size_t)op.res;
@@ -472,9 +487,7 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
       left -= n;
     }
   }
-  if (weft__owned_closing(s) && !op.done) return -EBADF;
-  if (weft__owned_closing(s) && op.res == -ECANCELED) return -EBADF;
-  return op_result(&op, st, deadline_ns);
+  return dir_release(s, &s->rd, &op, st, deadline_ns);
 }
 
 int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
@@ -484,13 +497,8 @@ int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *io
   uop op;
   op_init(&op, WEFT__WAIT_WRITE, (const void *)(intptr_t)s->fd);
   if (!op_room(r, deadline_ns)) return -ENOSYS;
-  /* As a receive: closing wakes the send's waiter; a second fiber's send writes the ordinary way. */
-  weft__lock_acquire(&s->lock);
-  bool closing = weft__owned_closing(s), taken = s->wr.ring != NULL;
-  if (!closing && !taken) s->wr.ring = &op.w;
-  weft__lock_release(&s->lock);
-  if (closing) return -EBADF;
-  if (taken) return -ENOSYS;
+  int claimed = dir_claim(s, &s->wr, &op);
+  if (claimed < 0) return claimed;
   struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring); /* room checked: only this thread fills the queue */
   struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
   if (iovcnt == 1)
@@ -502,12 +510,7 @@ int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *io
   op_queued(r, &op, sqe, deadline_ns);
   atomic_fetch_add_explicit(&sends, 1, memory_order_relaxed);
   uint32_t st = op_wait(r, &op);
-  weft__lock_acquire(&s->lock);
-  if (s->wr.ring == &op.w) s->wr.ring = NULL; /* else a close took it */
-  weft__lock_release(&s->lock);
-  if (weft__owned_closing(s) && !op.done) return -EBADF;
-  if (weft__owned_closing(s) && op.res == -ECANCELED) return -EBADF;
-  return op_result(&op, st, deadline_ns);
+  return dir_release(s, &s->wr, &op, st, deadline_ns);
 }
 
 /* --- multishot receives ------------------------------------------------------------------------ */
@@ -551,7 +554,7 @@ static int rx_keep(weft__urx *x, const unsigned char *src, size_t n) {
 }
 
 /* A completion of s's receive on p's ring, delivered under the slot's lock. Returns waiters woken. */
-static int rx_deliver(weft__poller *p, ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool more,
+static int rx_deliver(ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool more,
                       const unsigned char *data, uint64_t tag) {
   if (res > 0 && data) {
     size_t n = (size_t)res, off = 0;
@@ -582,7 +585,6 @@ static int rx_deliver(weft__poller *p, ring *r, weft__oslot *s, weft__urx *x, in
       x->cancelling = true;
     }
   }
-  (void)p;
   int woken = 0;
   rx_reader *rd = x->reader;
   if (rd && (rd->got || x->len || x->end || !x->on)) {
@@ -591,13 +593,7 @@ static int rx_deliver(weft__poller *p, ring *r, weft__oslot *s, weft__urx *x, in
     woken += weft__waiter_wake(&rd->w) ? 1 : 0;
   }
   /* weft_fd_poll's waiters see the bytes as an edge. */
-  atomic_fetch_add(&s->rd.edges, 1);
-  weft__waiter *w = s->rd.waiter;
-  if (w) {
-    s->rd.waiter = NULL;
-    woken += weft__waiter_wake(w) ? 1 : 0;
-  }
-  return woken;
+  return woken + weft__owned_edge(&s->rd);
 }
 
 /* The carrier: a completion tagged TAG_RX. Returns waiters woken. */
@@ -618,7 +614,7 @@ static int rx_event(weft__poller *p, ring *r, uint64_t tag, int32_t res, uint32_
     weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
     /* A completion of the slot's earlier descriptor (closed since) concerns nobody. */
     if (x && x->on == p && (atomic_load(&s->gen) & TAG_GEN_MASK) == ((tag >> 32) & TAG_GEN_MASK))
-      woken = rx_deliver(p, r, s, x, res, more, data, tag);
+      woken = rx_deliver(r, s, x, res, more, data, tag);
     weft__lock_release(&s->lock);
   }
   /* The buffer goes back to the kernel (visible at the end of the reap). */
