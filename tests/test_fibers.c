@@ -142,6 +142,34 @@ static void test_sleep_order(void) {
   default_config();
 }
 
+/*
+ * Timer slack (sched.c): a deadline a little before the last one armed on a
+ * carrier joins its FIFO at that later deadline. The wait may end a little
+ * late, never early: fibers arm deadlines 0.1 ms apart in decreasing order
+ * (each within 1/64 of its wait of the one before), and each wakes at or
+ * after its own.
+ */
+static int64_t slack_base;
+static atomic_int slack_early;
+
+static int slack_fn(void *ctx, size_t i) {
+  (void)ctx;
+  int64_t d = slack_base + 200 * MS - (int64_t)i * 100000;
+  weft_sleep_until(d);
+  if (weft_now_ns() < d) atomic_fetch_add(&slack_early, 1);
+  return 0;
+}
+
+static void test_sleep_slack(void) {
+  if (!weft_test_fibers_expected()) return;
+  one_carrier();
+  atomic_store(&slack_early, 0);
+  slack_base = weft_now_ns();
+  CU_ASSERT_EQUAL(weft_pmap(10, slack_fn, NULL, &blocking), 0);
+  CU_ASSERT_EQUAL(atomic_load(&slack_early), 0);
+  default_config();
+}
+
 /* --- 100,000 at once --------------------------------------------------------------------- */
 
 typedef struct crowd {
@@ -711,6 +739,7 @@ int main(int argc, char **argv) {
       {"many_per_carrier", test_many_per_carrier},
       {"yield_alternates", test_yield_alternates},
       {"sleep_order", test_sleep_order},
+      {"sleep_slack", test_sleep_slack},
       {"hundred_thousand", test_hundred_thousand},
       {"blocking_errors", test_blocking_errors},
       {"max_parallel", test_max_parallel},
