@@ -20,7 +20,9 @@
  *    with -EINVAL, nothing was scheduled and no callback will run.
  *  - Time limits are absolute deadlines in nanoseconds on CLOCK_MONOTONIC (see
  *    weft_now_ns()): -1 waits forever, 0 tries once without waiting; any other
- *    negative value is -EINVAL. Expiry gives -ETIMEDOUT.
+ *    negative value is -EINVAL. Expiry gives -ETIMEDOUT. A wait never ends
+ *    before its deadline; a fiber's may end up to 1/64 of its length after it
+ *    (timer slack: 16 µs of a 1 ms wait, 0.47 s of 30 s).
  *  - A blocking call made on a fiber parks the fiber and frees its carrier for
  *    other fibers; made on a plain thread or in an OpenMP task it blocks the
  *    OS thread, with the same results.
@@ -426,6 +428,7 @@ typedef struct weft_stats {
   uint64_t uring_waits;        /* carriers' waits in their io_uring, sleeping or not (then not in epoll) */
   uint64_t uring_recvs;        /* fibers' reads of owned sockets done as io_uring receives */
   uint64_t uring_sends;        /* fibers' writes of owned sockets done as io_uring sends */
+  uint64_t uring_sends_behind; /* of those, writes that went behind (returned before the send completed) */
 } weft_stats;
 
 /*
@@ -531,6 +534,23 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * terminals and eventfds, and calls on plain threads, go through the
  * registration above.
  *
+ * Writes that go behind (WEFT_WRITE_BEHIND=1, the default, with the ring
+ * sends above): a fiber's write of at most 2 KiB to an owned TCP socket is
+ * copied into a buffer of weft's and returns its count at once; its send
+ * goes out with the carrier's next batch, when the fiber or its neighbours
+ * next park or yield (weft_get_stats: uring_sends_behind). One is behind at
+ * a time per socket: the next write, from any fiber or thread, waits for it
+ * first, so bytes keep their order. An error that send meets (a reset,
+ * -EPIPE) is the result of the socket's next write, as TCP reports a reset
+ * to a writer a write or more late in any case; weft_fd_close lets the bytes
+ * out before the descriptor closes, as close(2) does for bytes in the
+ * socket's buffer. A fiber that blocks its carrier's thread right after a
+ * write (a plain read(2), pthread_join, a long computation) holds those
+ * bytes back until it parks or yields, as it holds back the batch of every
+ * fiber of its carrier: wrap such calls in weft_blocking(), or set
+ * WEFT_WRITE_BEHIND=0 to have every write wait for its send. Unix and
+ * datagram sockets, larger writes, and writes on threads are never behind.
+ *
  * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
  * blocks in poll(2). One fiber per direction at a time: a second fiber
  * reading (or writing) that would wait while one waits gets -EBUSY; threads
@@ -574,7 +594,9 @@ WEFT_EXTERN ssize_t weft_fd_read(weft_fd f, void *buf, size_t len, int64_t deadl
  * Write all len bytes, waiting as needed (sockets: MSG_NOSIGNAL, so a closed
  * peer gives -EPIPE and no SIGPIPE). Returns len; when an error or the
  * deadline comes after some bytes went out, the count written (the next call
- * reports the error).
+ * reports the error). A small write of a TCP socket on a fiber may go behind
+ * (see "Writes that go behind" above): its count comes back at once, and a
+ * later error of its send is the next write's.
  */
 WEFT_EXTERN ssize_t weft_fd_write(weft_fd f, const void *buf, size_t len, int64_t deadline_ns);
 /* One readv(2); all of the vectors for writev, as weft_fd_write. iovcnt 1 to IOV_MAX. */

@@ -87,6 +87,7 @@ int weft_get_stats(weft_stats *out) {
   out->uring_waits = weft__uring_ring_waits();
   out->uring_recvs = weft__uring_recvs();
   out->uring_sends = weft__uring_sends();
+  out->uring_sends_behind = weft__uring_sends_behind();
   return 0;
 }
 

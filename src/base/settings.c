@@ -75,6 +75,10 @@ static const setting table[] = {
      "receive (6.0) and their writes ring sends, submitted in batches, and regular-file I/O is ring "
      "requests, each carrier's ring its wait point from its first such request on (docs/benchmarks.md); "
      "1, only regular-file I/O, sockets through epoll; 0, epoll, and files on the offload pool"},
+    {"WEFT_WRITE_BEHIND", S_BOOL, NO_CFG, OUT(write_behind), 1, 0, 1,
+     "with WEFT_IO_URING=2: a fiber's write of at most 2 KiB to an owned TCP socket is copied and "
+     "returns at once, its send going out with the carrier's next batch (an error it meets is the next "
+     "write's); 0: the fiber waits for its send"},
     {"WEFT_OFFLOAD_MAX", S_COUNT, CFG(offload_max), OUT(offload_max), 64, 0, UINT32_MAX,
      "offload threads at most (weft_blocking, and file I/O without io_uring)"},
     {"WEFT_EXPLAIN", S_LEVEL, NO_CFG, OUT(explain), 0, 0, 2,

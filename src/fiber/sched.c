@@ -1520,6 +1520,7 @@ static int carrier_new(unsigned id, weft__carrier **out) {
     weft__free(c);
     return rc;
   }
+  c->poller.write_behind = rt.settings.write_behind != 0;
   *out = c;
   return 0;
 }
@@ -1539,6 +1540,7 @@ int weft__carrier_start_locked(bool extra) {
     weft__poller_fini(&c->poller);
     int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
     if (rc < 0) return rc; /* the slot stays joined, its poller closed: the next reuse tries again */
+    c->poller.write_behind = rt.settings.write_behind != 0;
   } else {
     if (id >= rt.cap) return -EAGAIN;
     int rc = carrier_new(id, &c);

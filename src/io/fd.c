@@ -299,11 +299,20 @@ static ssize_t writev_owned(weft_fd f, const struct iovec *iov, int iovcnt, size
   weft__fiber *self = s->socket && deadline_ns != 0 ? weft__parkable_self() : NULL;
   bool ring = self && weft__uring_sockets(weft__fiber_poller(self));
   while (done < total) {
+    /* A write of this socket that went behind (uring.h) ends before the next bytes go, and its error is
+     * this write's. */
+    if (weft__uring_wb_busy(s)) {
+      r = weft__uring_wb_wait(s, deadline_ns);
+      if (r < 0) break;
+    }
+    r = weft__uring_wb_error(s);
+    if (r < 0) break;
     r = -ENOSYS;
     if (ring) {
       weft__fiber_stay(self, true); /* the request is on this carrier's ring */
       r = (ssize_t)weft__uring_send(weft__fiber_poller(self), s, c.iov, c.iovcnt, deadline_ns);
       weft__fiber_stay(self, false);
+      if (r == -EINPROGRESS) continue; /* another writer's went behind just now: wait for it */
       ring = r != -ENOSYS;
       if (r == -EAGAIN) r = -ENOSYS; /* the kernel did not wait for room: wait the ordinary way */
     }

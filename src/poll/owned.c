@@ -108,6 +108,9 @@ int weft__owned_new(int fd, bool socket, bool tcp, bool inq, bool stream, uint64
   s->inq = inq;
   s->stream = stream;
   weft__uring_rx_reset(s);
+  atomic_store(&s->wb, NULL);
+  atomic_store(&s->wb_err, 0);
+  s->wb_waiter = NULL;
   atomic_store(&s->rd_odd, false);
   atomic_store(&s->reg_epfd, -1);
   atomic_store(&s->reg_rd, false);
@@ -155,7 +158,10 @@ static void owned_final(weft__oslot *s) {
     weft__epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
   /* A multishot receive in a ring holds the socket open: end it, or the peer never sees the close. */
   weft__uring_rx_final(s);
-  close(fd); /* on Linux the descriptor is gone even when close reports EINTR or EIO: nothing to retry */
+  /* A write that went behind names the descriptor by number until its ring has submitted it: that ring's
+   * carrier may take the close over. On Linux the descriptor is gone even when close reports EINTR or EIO:
+   * nothing to retry. */
+  if (!weft__uring_wb_final(s)) close(fd);
   s->fd = -1;
   atomic_store(&s->reg_epfd, -1);
   /* Clear the two bits, keeping any reference taken meanwhile by a stale handle (it leaves at once). */
@@ -213,6 +219,10 @@ int weft__owned_close(uint64_t id) {
   if (s->wr.ring) {
     weft__waiter_wake(s->wr.ring);
     s->wr.ring = NULL;
+  }
+  if (s->wb_waiter) { /* a writer waiting for a write that went behind */
+    weft__waiter_wake(s->wb_waiter);
+    s->wb_waiter = NULL;
   }
   weft__lock_release(&s->lock);
   weft__owned_release(s); /* the last one out closes the descriptor */

@@ -72,6 +72,13 @@ typedef struct weft__oslot {
   atomic_bool reg_rd;               /* registered for the read side too (else writes only: uring reads) */
   weft__poller *_Atomic reg_poller; /* the poller of reg_epfd (its carrier harvests the edges) */
   weft__odir rd, wr;
+  /* A write that went behind (uring.c): the poller whose ring sends it, or NULL; the epoch it was queued in;
+   * its error for the next write (0 none); a writer waiting for it to end. wb is read without the lock as a
+   * hint, set and cleared under it; wb_err is taken by an exchange; wb_waiter is under the lock. */
+  weft__poller *_Atomic wb;
+  unsigned wb_epoch;
+  atomic_int wb_err;
+  weft__waiter *wb_waiter;
   uint32_t idx;       /* its index in the table (fixed) */
   uint32_t next_free; /* free list link: under the table's lock */
 } weft__oslot;

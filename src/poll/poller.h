@@ -40,6 +40,7 @@ typedef struct weft__poller {
   atomic_size_t owned_waiting; /* fibers parked on owned descriptors registered here (any carrier's) */
   void *uring;                 /* the carrier's io_uring (uring.c), its wait point once set up, or NULL */
   uint8_t uring_mode;          /* WEFT_IO_URING: 0 no ring, 1 a ring for files (on first use), 2 for all */
+  bool write_behind;           /* WEFT_WRITE_BEHIND: small TCP writes on fibers go behind (uring.h) */
   /* Other threads' requests to end a multishot receive armed on this carrier's ring (uring.c). */
   weft__lock rx_lock;     /* guards rx_cancels and rx_closed (WEFT__LOCK_LEAF) */
   void *rx_cancels;       /* the requests, a list */

@@ -98,6 +98,8 @@
 /* The cancel of one (TAG_CANCEL | the address of its rx_cancel). */
 #define TAG_CANCEL   (1ull << 62)
 #define TAG_GEN_MASK 0xffffffu
+/* A write that went behind (TAG_WB | the address of its wbuf). */
+#define TAG_WB (1ull << 61)
 /* Provided buffers of a ring, for the multishot receives: NBUFS of BUFSZ bytes, group BGID. */
 #define NBUFS 1024u
 #define BUFSZ 2048u
@@ -117,21 +119,35 @@ typedef struct ring {
   unsigned char *bufs;          /* NBUFS buffers of BUFSZ */
   int returned;                 /* buffers given back in this reap, made visible at its end */
   size_t rx_armed;              /* multishot receives armed here whose last completion has not come */
+  size_t wb_armed;              /* writes behind queued or in flight here */
   bool quiescing;               /* the carrier is leaving (weft__uring_quiesce): its epoll is not looked at */
   bool rx_off;                  /* the kernel refused a multishot receive: none is armed here again */
+  /* The deadlines of linked timeouts, by the index of their SQE: the kernel reads one when it takes
+   * the SQE (at submission), so it lives exactly as long as its SQE, in memory the carrier keeps hot.
+   * In the waiting fiber's record, 9000 connections' worth of cold stack pages made the kernel's copy
+   * of it 3% of the process's CPU. */
+  struct __kernel_timespec ts[SQ_ENTRIES];
 } ring;
 
 /* A request to end a multishot receive (weft__uring_rx_final): the ring's owner cancels it. */
 typedef struct rx_cancel {
-  weft__waiter w;         /* the requester waits here (when `waits`) */
-  uint64_t tag;           /* the receive's user_data */
-  bool waits;             /* another thread: it waits on w, else it looks at `done` */
-  bool done;              /* the cancel completed: the receive takes no more bytes */
+  weft__waiter w; /* the requester waits here (when `waits`) */
+  uint64_t tag;   /* the receive's user_data (0: a flush, weft__uring_wb_final) */
+  bool waits;     /* another thread: it waits on w, else it looks at `done` */
+  bool done;      /* the cancel completed: the receive takes no more bytes */
+  bool closes;    /* not a cancel: close fd once what is queued went in, then free this (heap) */
+  int fd;
   struct rx_cancel *next; /* in the poller's list */
 } rx_cancel;
 
 /* The carrier whose thread this is, once it has a ring (its own requests need no hand-over). */
 static _Thread_local const weft__poller *tls_owner;
+
+/* A write that went behind: its bytes, and the slot (index and generation) it is of. */
+typedef struct wbuf {
+  uint32_t idx, gen, len;
+  unsigned char data[];
+} wbuf;
 
 /* A reader waiting for a multishot receive's bytes: the carrier copies them into its vectors. */
 typedef struct rx_reader {
@@ -159,7 +175,6 @@ typedef struct uop {
   int32_t res;       /* the completion's result */
   bool done;         /* the completion was reaped */
   bool reaping;      /* the fiber's wait ended otherwise; it waits on back until done */
-  struct __kernel_timespec ts; /* the deadline of the linked timeout: read by the kernel at submission */
 } uop;
 
 /* -1 unknown, 0 refused by the kernel (for the whole process), 1 a ring was set up. */
@@ -168,11 +183,12 @@ static atomic_int usable = -1;
 bool weft__uring_in_use(void) { return atomic_load_explicit(&usable, memory_order_relaxed) == 1; }
 
 /* For weft_get_stats: relaxed adds on lines that only these paths write. */
-static atomic_uint_fast64_t submissions, ring_waits, recvs, sends;
+static atomic_uint_fast64_t submissions, ring_waits, recvs, sends, behind;
 uint64_t weft__uring_submissions(void) { return atomic_load_explicit(&submissions, memory_order_relaxed); }
 uint64_t weft__uring_ring_waits(void) { return atomic_load_explicit(&ring_waits, memory_order_relaxed); }
 uint64_t weft__uring_recvs(void) { return atomic_load_explicit(&recvs, memory_order_relaxed); }
 uint64_t weft__uring_sends(void) { return atomic_load_explicit(&sends, memory_order_relaxed); }
+uint64_t weft__uring_sends_behind(void) { return atomic_load_explicit(&behind, memory_order_relaxed); }
 
 static void count_submit(ring *r) {
   if (io_uring_sq_ready(&r->ring)) atomic_fetch_add_explicit(&submissions, 1, memory_order_relaxed);
@@ -365,13 +381,14 @@ static bool op_room(ring *r, int64_t deadline_ns) {
 }
 
 /* After the caller prepared sqe: link the deadline to it, count the request in flight. */
-static void op_queued(ring *r, uop *op, struct io_uring_sqe *sqe, int64_t deadline_ns) {
+static void op_queued(ring *r, struct io_uring_sqe *sqe, int64_t deadline_ns) {
   if (deadline_ns > 0) {
-    op->ts.tv_sec = deadline_ns / 1000000000;
-    op->ts.tv_nsec = deadline_ns % 1000000000;
     sqe->flags |= IOSQE_IO_LINK;
     struct io_uring_sqe *t = io_uring_get_sqe(&r->ring); /* room checked by op_room */
-    io_uring_prep_link_timeout(t, &op->ts, IORING_TIMEOUT_ABS);
+    struct __kernel_timespec *ts = &r->ts[(size_t)(t - r->ring.sq.sqes) % SQ_ENTRIES];
+    ts->tv_sec = deadline_ns / 1000000000;
+    ts->tv_nsec = deadline_ns % 1000000000;
+    io_uring_prep_link_timeout(t, ts, IORING_TIMEOUT_ABS);
     io_uring_sqe_set_data64(t, TAG_NONE);
   }
   r->in_flight++;
@@ -429,7 +446,7 @@ int64_t weft__uring_run(weft__poller *p, const weft__uring_req *q, int64_t deadl
   else
     io_uring_prep_read(sqe, q->fd, q->buf, len, (uint64_t)-1);
   io_uring_sqe_set_data(sqe, &op);
-  op_queued(r, &op, sqe, deadline_ns);
+  op_queued(r, sqe, deadline_ns);
   uint32_t st = op_wait(r, &op);
   /* The kernel wrote the buffer behind Valgrind's back. */
   if (!q->write && op.res > 0) MAKE_DEFINED(q->buf, (size_t)op.res);
@@ -475,7 +492,7 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
   } else
     io_uring_prep_readv(sqe, s->fd, iov, (unsigned)iovcnt, 0);
   io_uring_sqe_set_data(sqe, &op);
-  op_queued(r, &op, sqe, deadline_ns);
+  op_queued(r, sqe, deadline_ns);
   atomic_fetch_add_explicit(&recvs, 1, memory_order_relaxed);
   uint32_t st = op_wait(r, &op);
   if (op.res > 0) {
@@ -490,10 +507,64 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
   return dir_release(s, &s->rd, &op, st, deadline_ns);
 }
 
+/* Queue b's unsent bytes as a send on r. */
+static void wb_queue(ring *r, weft__oslot *s, wbuf *b) {
+  struct io_uring_sqe *sqe = sqe_get(r); /* cannot fail: sqe_get submits a full queue */
+  /* MSG_WAITALL: the kernel sends every byte (waiting for room as it must) or fails (5.19). */
+  io_uring_prep_send(sqe, s->fd, b->data, b->len, MSG_NOSIGNAL | MSG_WAITALL);
+  io_uring_sqe_set_data64(sqe, TAG_WB | (uint64_t)(uintptr_t)b);
+}
+
+static bool wb_busy_locked(weft__oslot *s) {
+  return atomic_load_explicit(&s->wb, memory_order_relaxed) && s->wb_epoch == weft__owned_epoch();
+}
+
+/* A write of s that goes behind (weft__uring_wb_*): its count, -EINPROGRESS when one is behind already,
+ * -EBADF, or -ENOSYS (no memory: the caller waits for its send). */
+static int64_t wb_send(weft__poller *p, ring *r, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                       size_t total) {
+  wbuf *b = weft__malloc(sizeof *b + total);
+  if (!b) return -ENOSYS;
+  weft__lock_acquire(&s->lock);
+  int rc = weft__owned_closing(s) ? -EBADF : wb_busy_locked(s) ? -EINPROGRESS : 0;
+  if (rc == 0) {
+    atomic_store_explicit(&s->wb, p, memory_order_relaxed);
+    s->wb_epoch = weft__owned_epoch();
+    b->idx = s->idx;
+    b->gen = atomic_load(&s->gen) & TAG_GEN_MASK;
+  }
+  weft__lock_release(&s->lock);
+  if (rc < 0) {
+    weft__free(b);
+    return rc;
+  }
+  b->len = (uint32_t)total;
+  for (int i = 0, at = 0; i < iovcnt; i++) {
+    if (iov[i].iov_len) memcpy(b->data + at, iov[i].iov_base, iov[i].iov_len);
+    at += (int)iov[i].iov_len;
+  }
+  wb_queue(r, s, b);
+  r->wb_armed++;
+  atomic_fetch_add_explicit(&sends, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&behind, 1, memory_order_relaxed);
+  return (int64_t)total;
+}
+
 int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
                          int64_t deadline_ns) {
   if (!weft__uring_reads(p) || weft__fault(WEFT__F_URING)) return -ENOSYS;
   ring *r = p->uring;
+  /* TCP only: there a write's success never meant more than bytes in the socket's buffer, and the
+   * peer's reset reaches the writer a write or more later in any case (a Unix socket's EPIPE is
+   * immediate, and a datagram's error is its own). */
+  if (s->tcp && p->write_behind) {
+    size_t total = 0;
+    for (int i = 0; i < iovcnt && total <= WEFT__WB_MAX; i++) total += iov[i].iov_len;
+    if (total > 0 && total <= WEFT__WB_MAX) {
+      int64_t n = wb_send(p, r, s, iov, iovcnt, total);
+      if (n != -ENOSYS) return n;
+    }
+  }
   uop op;
   op_init(&op, WEFT__WAIT_WRITE, (const void *)(intptr_t)s->fd);
   if (!op_room(r, deadline_ns)) return -ENOSYS;
@@ -507,7 +578,7 @@ int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *io
   else
     io_uring_prep_sendmsg(sqe, s->fd, &m, MSG_NOSIGNAL); /* m is read at submission, on this stack */
   io_uring_sqe_set_data(sqe, &op);
-  op_queued(r, &op, sqe, deadline_ns);
+  op_queued(r, sqe, deadline_ns);
   atomic_fetch_add_explicit(&sends, 1, memory_order_relaxed);
   uint32_t st = op_wait(r, &op);
   return dir_release(s, &s->wr, &op, st, deadline_ns);
@@ -754,8 +825,20 @@ void weft__uring_rx_reset(weft__oslot *s) {
 static void cancel_queue(ring *r, rx_cancel *c) {
   struct io_uring_sqe *sqe = sqe_get(r);
   if (!sqe) return; /* cannot be: sqe_get submits a full queue */
-  io_uring_prep_cancel64(sqe, c->tag, 0);
+  if (c->tag)
+    io_uring_prep_cancel64(sqe, c->tag, 0);
+  else
+    io_uring_prep_nop(sqe); /* a flush (weft__uring_wb_final): done once what was queued before it went in */
   io_uring_sqe_set_data64(sqe, TAG_CANCEL | (uint64_t)(uintptr_t)c);
+}
+
+/* The owner: close the descriptors handed over by weft__uring_wb_final, after their sends went in. */
+static void closes_run(rx_cancel *c) {
+  for (rx_cancel *next; c; c = next) {
+    next = c->next;
+    close(c->fd);
+    weft__free(c);
+  }
 }
 
 /* The owner: the cancels other threads asked for. */
@@ -769,11 +852,18 @@ static void cancels_take(weft__poller *p, ring *r) {
   p->rx_cancels = NULL;
   atomic_store_explicit(&p->rx_pending, false, memory_order_relaxed);
   weft__lock_release(&p->rx_lock);
+  rx_cancel *closes = NULL;
   for (rx_cancel *next; c; c = next) {
     next = c->next;
-    cancel_queue(r, c);
+    if (c->closes) {
+      c->next = closes;
+      closes = c;
+    } else {
+      cancel_queue(r, c);
+    }
   }
   submit(r);
+  closes_run(closes);
 }
 
 /* The owner: a cancel's completion. */
@@ -784,6 +874,25 @@ static int cancel_done(ring *r, rx_cancel *c, int32_t res) {
   }
   c->done = true;
   return c->waits && weft__waiter_wake(&c->w) ? 1 : 0;
+}
+
+/* From another thread than p's: have p's owner take c (a cancel, or a flush when c->tag is 0), and wait
+ * until it is done. */
+static void owner_ask(weft__poller *p, rx_cancel *c, unsigned kind, int fd) {
+  c->waits = true;
+  weft__waiter_init(&c->w, false);
+  weft__waiter_on(&c->w, kind, (const void *)(intptr_t)fd);
+  weft__lock_acquire(&p->rx_lock);
+  bool closed = p->rx_closed; /* the owner has left its ring (or has none): nothing of it is armed */
+  if (!closed) {
+    c->next = p->rx_cancels;
+    p->rx_cancels = c;
+    atomic_store(&p->rx_pending, true); /* before the look at `sleeping` in weft__poller_wake */
+  }
+  weft__lock_release(&p->rx_lock);
+  if (closed) return;
+  weft__poller_wake(p);
+  weft__waiter_wait(&c->w, -1);
 }
 
 void weft__uring_rx_final(weft__oslot *s) {
@@ -811,34 +920,67 @@ void weft__uring_rx_final(weft__oslot *s) {
     }
     return;
   }
-  c.waits = true;
-  weft__waiter_init(&c.w, false);
-  weft__waiter_on(&c.w, WEFT__WAIT_READ, (const void *)(intptr_t)s->fd);
-  weft__lock_acquire(&p->rx_lock);
-  bool closed = p->rx_closed; /* the owner has left its ring (or has none): nothing of it is armed */
-  if (!closed) {
-    c.next = p->rx_cancels;
-    p->rx_cancels = &c;
-    atomic_store(&p->rx_pending, true); /* before the look at `sleeping` in weft__poller_wake */
+  owner_ask(p, &c, WEFT__WAIT_READ, s->fd);
+}
+
+bool weft__uring_wb_final(weft__oslot *s) {
+  if (!weft__uring_wb_busy(s)) return false;
+  weft__lock_acquire(&s->lock);
+  weft__poller *p = wb_busy_locked(s) ? atomic_load_explicit(&s->wb, memory_order_relaxed) : NULL;
+  weft__lock_release(&s->lock);
+  if (!p) return false;
+  /* The send names s->fd, which the kernel looks up when it takes the request: not after the close. */
+  if (tls_owner == p) {
+    submit(p->uring);
+    return false;
   }
-  weft__lock_release(&p->rx_lock);
-  if (closed) return;
-  weft__poller_wake(p);
-  weft__waiter_wait(&c.w, -1);
+  /* Another thread: the owner closes the descriptor right after its next submission. Not waiting for
+   * it: the owner may be a carrier that its fiber holds (in a join of the very thread that closes). */
+  rx_cancel *c = weft__malloc(sizeof *c);
+  if (c) {
+    *c = (rx_cancel){.closes = true, .fd = s->fd};
+    weft__lock_acquire(&p->rx_lock);
+    bool closed = p->rx_closed; /* the owner has left its ring: every request of it went in */
+    if (!closed) {
+      c->next = p->rx_cancels;
+      p->rx_cancels = c;
+      atomic_store(&p->rx_pending, true); /* before the look at `sleeping` in weft__poller_wake */
+    }
+    weft__lock_release(&p->rx_lock);
+    if (closed) {
+      weft__free(c);
+      return false;
+    }
+    weft__poller_wake(p);
+    return true;
+  }
+  /* No memory: wait for the owner to submit (a no-op behind the send completes once it went in). */
+  rx_cancel f = {.tag = 0};
+  owner_ask(p, &f, WEFT__WAIT_WRITE, s->fd);
+  return false;
 }
 
 void weft__uring_quiesce(weft__poller *p) {
   ring *r = p->uring;
   if (!r) return;
   r->quiescing = true;
+  /* Writes behind go out first: their sockets' buffers have room unless a peer stopped reading, so
+   * give them up to a second; one that still waits then is cancelled, and its socket's next write says
+   * -ECANCELED. */
+  for (int i = 0; i < 500 && r->wb_armed; i++) {
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = {0, 2000000};
+    (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
+    weft__uring_reap(p);
+  }
   /* Every request of the ring ends (nothing else is in flight as the carrier leaves); the receives
    * deliver what they hold first. */
-  struct io_uring_sqe *c = r->rx_armed ? sqe_get(r) : NULL;
+  struct io_uring_sqe *c = r->rx_armed || r->wb_armed ? sqe_get(r) : NULL;
   if (c) {
     io_uring_prep_cancel64(c, 0, IORING_ASYNC_CANCEL_ANY);
     io_uring_sqe_set_data64(c, TAG_NONE);
   }
-  for (int i = 0; i < 500 && r->rx_armed; i++) {
+  for (int i = 0; i < 500 && (r->rx_armed || r->wb_armed); i++) {
     struct io_uring_cqe *cqe;
     struct __kernel_timespec ts = {0, 2000000};
     (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
@@ -852,6 +994,11 @@ void weft__uring_quiesce(weft__poller *p) {
   weft__lock_release(&p->rx_lock);
   for (rx_cancel *next; q; q = next) {
     next = q->next;
+    if (q->closes) {
+      q->next = NULL;
+      closes_run(q);
+      continue;
+    }
     q->done = true;
     weft__waiter_wake(&q->w);
   }
@@ -862,7 +1009,7 @@ void weft__uring_flush(weft__poller *p, bool idle) {
   ring *r = p->uring;
   if (!r) return;
   unsigned queued = io_uring_sq_ready(&r->ring);
-  if (idle && (queued || r->in_flight)) {
+  if (idle && (queued || r->in_flight || r->wb_armed)) {
     /* Submit, and post what the kernel keeps for our own enter (DEFER_TASKRUN). */
     count_submit(r);
     io_uring_submit_and_get_events(&r->ring);
@@ -874,7 +1021,67 @@ void weft__uring_flush(weft__poller *p, bool idle) {
 bool weft__uring_busy(const weft__poller *p) {
   const ring *r = p->uring;
   /* Armed receives too: their completions are posted only in the carrier's own enter (DEFER_TASKRUN). */
-  return r && (r->in_flight > 0 || r->rx_armed > 0);
+  return r && (r->in_flight > 0 || r->rx_armed > 0 || r->wb_armed > 0);
+}
+
+/* The carrier: a write behind ended. Returns waiters woken. */
+static int wb_event(ring *r, wbuf *b, int32_t res) {
+  r->wb_armed--;
+  /* Short only on a kernel without MSG_WAITALL for sends (before 5.19): the stream lost bytes. */
+  int err = res < 0 ? res : (uint32_t)res < b->len ? -EIO : 0;
+  int woken = 0;
+  weft__oslot *s = weft__owned_at(b->idx);
+  if (s) {
+    weft__lock_acquire(&s->lock);
+    /* Of the slot's descriptor still (not of a later one after a close), and of this epoch's rings. */
+    if ((atomic_load(&s->gen) & TAG_GEN_MASK) == b->gen && wb_busy_locked(s)) {
+      atomic_store_explicit(&s->wb, NULL, memory_order_relaxed);
+      if (err) atomic_store(&s->wb_err, err);
+      if (s->wb_waiter) {
+        woken += weft__waiter_wake(s->wb_waiter) ? 1 : 0;
+        s->wb_waiter = NULL;
+      }
+    }
+    weft__lock_release(&s->lock);
+  }
+  weft__free(b);
+  return woken;
+}
+
+bool weft__uring_wb_busy(weft__oslot *s) {
+  return atomic_load_explicit(&s->wb, memory_order_relaxed) != NULL;
+}
+
+int weft__uring_wb_error(weft__oslot *s) {
+  if (!atomic_load_explicit(&s->wb_err, memory_order_relaxed)) return 0;
+  return atomic_exchange(&s->wb_err, 0);
+}
+
+int weft__uring_wb_wait(weft__oslot *s, int64_t deadline_ns) {
+  weft__waiter w;
+  weft__waiter_init(&w, true);
+  weft__waiter_on(&w, WEFT__WAIT_WRITE, (const void *)(intptr_t)s->fd);
+  weft__lock_acquire(&s->lock);
+  int rc = 1;
+  if (weft__owned_closing(s))
+    rc = -EBADF;
+  else if (!wb_busy_locked(s)) {
+    atomic_store_explicit(&s->wb, NULL, memory_order_relaxed); /* of an earlier epoch: its ring is gone */
+    rc = 0;
+  } else if (s->wb_waiter)
+    rc = -EBUSY; /* one writer waits at a time, as for the other waits of a direction */
+  else
+    s->wb_waiter = &w;
+  weft__lock_release(&s->lock);
+  if (rc <= 0) return rc;
+  uint32_t st = weft__waiter_wait(&w, deadline_ns);
+  if (st != WEFT__W_WOKEN) {
+    weft__lock_acquire(&s->lock);
+    if (s->wb_waiter == &w) s->wb_waiter = NULL;
+    weft__lock_release(&s->lock);
+  }
+  if (weft__owned_closing(s)) return -EBADF;
+  return st == WEFT__W_WOKEN ? 0 : weft__waiter_errno(st);
 }
 
 int weft__uring_reap(weft__poller *p) {
@@ -895,6 +1102,10 @@ int weft__uring_reap(weft__poller *p) {
     if (tag == TAG_NONE) continue;
     if (tag & TAG_RX) {
       woken += rx_event(p, r, tag, res, flags);
+      continue;
+    }
+    if (tag & TAG_WB) {
+      woken += wb_event(r, (wbuf *)(uintptr_t)(tag & ~TAG_WB), res);
       continue;
     }
     if (tag & TAG_CANCEL) {

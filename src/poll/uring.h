@@ -155,6 +155,34 @@ int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *io
                          int64_t deadline_ns);
 
 /*
+ * Writes that go behind. A fiber's write of a TCP socket of at most
+ * WEFT__WB_MAX bytes is copied into a buffer of the ring's and queued as a
+ * send; weft__uring_send returns its count at once, without parking (one
+ * switch and one trip through the ready queue fewer for each write). At
+ * most one is in flight per socket: the next write of the socket, from any
+ * carrier or thread, first waits for it to end (weft__uring_wb_wait), and
+ * an error it ended with is the next write's result (weft__uring_wb_error).
+ * weft__uring_send says -EINPROGRESS when a write of s is behind already.
+ * A close has the ring submit it before the descriptor closes, or hands
+ * the close to the ring's carrier (weft__uring_wb_final); the kernel's
+ * request then holds the socket open
+ * until the bytes have gone into its buffer, as close(2) leaves buffered
+ * bytes to go out after it.
+ */
+#define WEFT__WB_MAX 2048u
+/* Is a write of s behind (queued or in flight)? */
+bool weft__uring_wb_busy(weft__oslot *s);
+/* Wait until no write of s is behind: 0, -EBADF (closed), -ETIMEDOUT, -ECANCELED, -EBUSY (another writer
+ * waits already). Any context. */
+int weft__uring_wb_wait(weft__oslot *s, int64_t deadline_ns);
+/* Take the error that a write behind ended with: 0 or a negative errno. */
+int weft__uring_wb_error(weft__oslot *s);
+/* Before s's descriptor closes: the ring that holds its write behind must submit it first. On that ring's
+ * thread it does so now; from another thread the ring's carrier takes the close over and closes the
+ * descriptor after its next submission: then true, and the caller must not close it. */
+bool weft__uring_wb_final(weft__oslot *s);
+
+/*
  * The carrier's side. flush: submit queued requests, if `idle` (the carrier
  * has nothing else to run; completions that the kernel keeps for the
  * carrier's own enter are posted too) or enough are queued. reap: deliver
@@ -177,5 +205,6 @@ uint64_t weft__uring_submissions(void);
 uint64_t weft__uring_ring_waits(void);
 uint64_t weft__uring_recvs(void);
 uint64_t weft__uring_sends(void);
+uint64_t weft__uring_sends_behind(void);
 
 #endif /* WEFT_IO_URING_H */

@@ -57,6 +57,7 @@ uint64_t weft__uring_submissions(void) { return 0; }
 uint64_t weft__uring_ring_waits(void) { return 0; }
 uint64_t weft__uring_recvs(void) { return 0; }
 uint64_t weft__uring_sends(void) { return 0; }
+uint64_t weft__uring_sends_behind(void) { return 0; }
 
 int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
                             int64_t deadline_ns) {
@@ -74,3 +75,21 @@ bool weft__uring_rx_ready(weft__oslot *s) {
 void weft__uring_rx_reset(weft__oslot *s) { WEFT__UNUSED(s); }
 void weft__uring_rx_final(weft__oslot *s) { WEFT__UNUSED(s); }
 void weft__uring_quiesce(weft__poller *p) { WEFT__UNUSED(p); }
+
+bool weft__uring_wb_busy(weft__oslot *s) {
+  WEFT__UNUSED(s);
+  return false;
+}
+int weft__uring_wb_wait(weft__oslot *s, int64_t deadline_ns) {
+  WEFT__UNUSED(s);
+  WEFT__UNUSED(deadline_ns);
+  return 0;
+}
+int weft__uring_wb_error(weft__oslot *s) {
+  WEFT__UNUSED(s);
+  return 0;
+}
+bool weft__uring_wb_final(weft__oslot *s) {
+  WEFT__UNUSED(s);
+  return false;
+}
