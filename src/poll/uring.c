@@ -49,6 +49,19 @@
  * buffers ran out (ENOBUFS: the next read arms it again), or when we cancel
  * it: more than RX_MAX kept, a close, or the carrier leaving.
  *
+ * Writes behind (WEFT_WRITE_BEHIND, uring.h). A fiber's small write of a
+ * TCP socket is copied into a wbuf and queued as a send with MSG_WAITALL
+ * (every byte or an error), tagged TAG_WB | the wbuf's address, and the
+ * write returns. The slot records the poller whose ring has it (s->wb):
+ * the next write of the socket waits on s->wb_waiter until the carrier
+ * reaps the send, which clears s->wb, leaves an error in s->wb_err for that
+ * write, and frees the wbuf (a send of a slot closed since concerns
+ * nobody). Until the ring submits it the send names the descriptor by
+ * number, so a close must not come first: on the owner's thread the close
+ * submits; from another thread the owner takes the close over (an rx_cancel
+ * that `closes`, run right after the submission in cancels_take), because
+ * the owner may be a carrier whose fiber waits for the closing thread.
+ *
  * Only the ring's owner may submit (SINGLE_ISSUER; io_uring_register's sync
  * cancel refuses other threads too), yet a close may come from anywhere and
  * must not return while the request still takes bytes (a dup of the socket
