@@ -21,7 +21,7 @@ typedef struct weft__settings {
   unsigned max_carriers;     /* WEFT_MAX_CARRIERS */
   bool trace_pinned;         /* WEFT_TRACE_PINNED */
   unsigned io_uring;         /* WEFT_IO_URING: 0 off, 1 files (the ring the wait point from then on), 2 all */
-  unsigned write_behind;  /* WEFT_WRITE_BEHIND: 1, a fiber's small TCP write returns before its ring send */
+  bool write_behind;      /* WEFT_WRITE_BEHIND: 1, a fiber's small TCP write returns before its ring send */
   bool migrate;           /* WEFT_MIGRATE */
   unsigned offload_max;   /* WEFT_OFFLOAD_MAX */
   unsigned explain;       /* WEFT_EXPLAIN: 0 off, 1 once per CPU map call site and decision, 2 every call */

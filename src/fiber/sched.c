@@ -1515,12 +1515,11 @@ static int carrier_new(unsigned id, weft__carrier **out) {
   weft__lock_init(&c->spawn_lock, WEFT__LOCK_LEAF);
   weft__lock_init(&c->inbox_lock, WEFT__LOCK_LEAF);
   weft__lock_init(&c->share_lock, WEFT__LOCK_LEAF);
-  int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
+  int rc = weft__poller_init(&c->poller, rt.settings.io_uring, rt.settings.write_behind);
   if (rc < 0) {
     weft__free(c);
     return rc;
   }
-  c->poller.write_behind = rt.settings.write_behind != 0;
   *out = c;
   return 0;
 }
@@ -1538,9 +1537,8 @@ int weft__carrier_start_locked(bool extra) {
     c = rt.carriers[id];
     /* Its poller belonged to the thread that left (its ring, if any, with it): a fresh one for the next. */
     weft__poller_fini(&c->poller);
-    int rc = weft__poller_init(&c->poller, rt.settings.io_uring);
+    int rc = weft__poller_init(&c->poller, rt.settings.io_uring, rt.settings.write_behind);
     if (rc < 0) return rc; /* the slot stays joined, its poller closed: the next reuse tries again */
-    c->poller.write_behind = rt.settings.write_behind != 0;
   } else {
     if (id >= rt.cap) return -EAGAIN;
     int rc = carrier_new(id, &c);

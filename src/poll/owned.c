@@ -306,10 +306,14 @@ int weft__owned_wait(weft__oslot *s, bool write, unsigned seen, int64_t deadline
   atomic_fetch_add_explicit(&p->owned_waiting, 1, memory_order_relaxed);
   uint32_t st = weft__waiter_wait(&w, deadline_ns);
   atomic_fetch_sub_explicit(&p->owned_waiting, 1, memory_order_relaxed);
+  return weft__owned_wait_end(s, &d->waiter, &w, st);
+}
+
+int weft__owned_wait_end(weft__oslot *s, weft__waiter **at, weft__waiter *w, uint32_t st) {
   if (st != WEFT__W_WOKEN) {
-    /* Timed out or cancelled: take the waiter back unless an edge or close took it already. */
+    /* Timed out or cancelled: take the waiter back unless a waker or a close took it already. */
     weft__lock_acquire(&s->lock);
-    if (d->waiter == &w) d->waiter = NULL;
+    if (*at == w) *at = NULL;
     weft__lock_release(&s->lock);
   }
   if (weft__owned_closing(s)) return -EBADF;

@@ -143,6 +143,13 @@ int weft__owned_register(weft__oslot *s, weft__poller *p, bool read);
  */
 int weft__owned_wait(weft__oslot *s, bool write, unsigned seen, int64_t deadline_ns);
 
+/*
+ * After a wait on w, published at *at under s's lock, ended with state st:
+ * take w back unless a waker or a close did, and say what the caller is
+ * told: 0 (woken), -EBADF (closed), -ETIMEDOUT or -ECANCELED.
+ */
+int weft__owned_wait_end(weft__oslot *s, weft__waiter **at, weft__waiter *w, uint32_t st);
+
 /* An edge in direction d, under the slot's lock: count it and wake its waiter. Returns waiters woken. */
 int weft__owned_edge(weft__odir *d);
 

@@ -42,7 +42,7 @@
 enum { TAG_WAKE = 1, TAG_FD = 2, TAG_OWNED = WEFT__TAG_OWNED };
 #define TAG(kind, fd) (((uint64_t)(kind) << 56) | (uint32_t)(fd))
 
-int weft__poller_init(weft__poller *p, unsigned uring) {
+int weft__poller_init(weft__poller *p, unsigned uring, bool write_behind) {
   p->epfd = p->wakefd = -1;
   /* Stores, not atomic_init: a reused carrier slot's poller is set up again while other
      threads scan every slot's `sleeping` (sched.c, wake_sleepers), so these are shared. */
@@ -53,6 +53,7 @@ int weft__poller_init(weft__poller *p, unsigned uring) {
   atomic_store_explicit(&p->owned_waiting, 0, memory_order_relaxed);
   p->uring = NULL;
   p->uring_mode = (uint8_t)uring;
+  p->write_behind = write_behind;
   weft__lock_init(&p->rx_lock, WEFT__LOCK_LEAF);
   p->rx_cancels = NULL;
   atomic_store_explicit(&p->rx_pending, false, memory_order_relaxed);

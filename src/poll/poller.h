@@ -48,11 +48,11 @@ typedef struct weft__poller {
   bool rx_closed;         /* the owner has left its ring (weft__uring_quiesce): no request is taken */
 } weft__poller;
 
-/* Open the poller; `uring`: WEFT_IO_URING's mode for its carrier (uring.h). 0 or -errno (nothing is left open
- * on failure). A poller is initialised again before a new thread owns it (a compensation carrier's slot
- * reused).
+/* Open the poller; `uring`: WEFT_IO_URING's mode for its carrier (uring.h), `write_behind`:
+ * WEFT_WRITE_BEHIND. 0 or -errno (nothing is left open on failure). A poller is initialised again before a
+ * new thread owns it (a compensation carrier's slot reused).
  */
-int weft__poller_init(weft__poller *p, unsigned uring);
+int weft__poller_init(weft__poller *p, unsigned uring, bool write_behind);
 void weft__poller_fini(weft__poller *p);
 
 /* Collect the epoll instance's events without waiting and deliver them (the ring's wait point calls it when

@@ -142,7 +142,9 @@ typedef struct ring {
   struct __kernel_timespec ts[SQ_ENTRIES];
 } ring;
 
-/* A request to end a multishot receive (weft__uring_rx_final): the ring's owner cancels it. */
+/* A request to the ring's owner from another thread: end a multishot receive (weft__uring_rx_final: the
+ * owner cancels it), or for a write behind (weft__uring_wb_final) a flush (tag 0: a no-op behind the send)
+ * or a close of the descriptor after the owner's next submission (`closes`, on the heap). */
 typedef struct rx_cancel {
   weft__waiter w; /* the requester waits here (when `waits`) */
   uint64_t tag;   /* the receive's user_data (0: a flush, weft__uring_wb_final) */
@@ -889,23 +891,28 @@ static int cancel_done(ring *r, rx_cancel *c, int32_t res) {
   return c->waits && weft__waiter_wake(&c->w) ? 1 : 0;
 }
 
-/* From another thread than p's: have p's owner take c (a cancel, or a flush when c->tag is 0), and wait
- * until it is done. */
-static void owner_ask(weft__poller *p, rx_cancel *c, unsigned kind, int fd) {
-  c->waits = true;
-  weft__waiter_init(&c->w, false);
-  weft__waiter_on(&c->w, kind, (const void *)(intptr_t)fd);
+/* From another thread than p's: queue c for p's owner and wake it. False when the owner has left its ring
+ * (or has none): then every request of it has ended or gone in, and c is not queued. */
+static bool owner_queue(weft__poller *p, rx_cancel *c) {
   weft__lock_acquire(&p->rx_lock);
-  bool closed = p->rx_closed; /* the owner has left its ring (or has none): nothing of it is armed */
+  bool closed = p->rx_closed;
   if (!closed) {
     c->next = p->rx_cancels;
     p->rx_cancels = c;
     atomic_store(&p->rx_pending, true); /* before the look at `sleeping` in weft__poller_wake */
   }
   weft__lock_release(&p->rx_lock);
-  if (closed) return;
-  weft__poller_wake(p);
-  weft__waiter_wait(&c->w, -1);
+  if (!closed) weft__poller_wake(p);
+  return !closed;
+}
+
+/* From another thread than p's: have p's owner take c (a cancel, or a flush when c->tag is 0), and wait
+ * until it is done. */
+static void owner_ask(weft__poller *p, rx_cancel *c, unsigned kind, int fd) {
+  c->waits = true;
+  weft__waiter_init(&c->w, false);
+  weft__waiter_on(&c->w, kind, (const void *)(intptr_t)fd);
+  if (owner_queue(p, c)) weft__waiter_wait(&c->w, -1);
 }
 
 void weft__uring_rx_final(weft__oslot *s) {
@@ -952,25 +959,25 @@ bool weft__uring_wb_final(weft__oslot *s) {
   rx_cancel *c = weft__malloc(sizeof *c);
   if (c) {
     *c = (rx_cancel){.closes = true, .fd = s->fd};
-    weft__lock_acquire(&p->rx_lock);
-    bool closed = p->rx_closed; /* the owner has left its ring: every request of it went in */
-    if (!closed) {
-      c->next = p->rx_cancels;
-      p->rx_cancels = c;
-      atomic_store(&p->rx_pending, true); /* before the look at `sleeping` in weft__poller_wake */
-    }
-    weft__lock_release(&p->rx_lock);
-    if (closed) {
-      weft__free(c);
-      return false;
-    }
-    weft__poller_wake(p);
-    return true;
+    if (owner_queue(p, c)) return true;
+    weft__free(c);
+    return false;
   }
   /* No memory: wait for the owner to submit (a no-op behind the send completes once it went in). */
   rx_cancel f = {.tag = 0};
   owner_ask(p, &f, WEFT__WAIT_WRITE, s->fd);
   return false;
+}
+
+/* A leaving carrier: submit and reap, for a second at most, until its writes behind (and with `rx` its
+ * receives) have ended. */
+static void quiesce_reap(weft__poller *p, ring *r, bool rx) {
+  for (int i = 0; i < 500 && (r->wb_armed || (rx && r->rx_armed)); i++) {
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = {0, 2000000};
+    (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
+    weft__uring_reap(p);
+  }
 }
 
 void weft__uring_quiesce(weft__poller *p) {
@@ -980,12 +987,7 @@ void weft__uring_quiesce(weft__poller *p) {
   /* Writes behind go out first: their sockets' buffers have room unless a peer stopped reading, so
    * give them up to a second; one that still waits then is cancelled, and its socket's next write says
    * -ECANCELED. */
-  for (int i = 0; i < 500 && r->wb_armed; i++) {
-    struct io_uring_cqe *cqe;
-    struct __kernel_timespec ts = {0, 2000000};
-    (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
-    weft__uring_reap(p);
-  }
+  quiesce_reap(p, r, false);
   /* Every request of the ring ends (nothing else is in flight as the carrier leaves); the receives
    * deliver what they hold first. */
   struct io_uring_sqe *c = r->rx_armed || r->wb_armed ? sqe_get(r) : NULL;
@@ -993,12 +995,7 @@ void weft__uring_quiesce(weft__poller *p) {
     io_uring_prep_cancel64(c, 0, IORING_ASYNC_CANCEL_ANY);
     io_uring_sqe_set_data64(c, TAG_NONE);
   }
-  for (int i = 0; i < 500 && (r->rx_armed || r->wb_armed); i++) {
-    struct io_uring_cqe *cqe;
-    struct __kernel_timespec ts = {0, 2000000};
-    (void)io_uring_submit_and_wait_timeout(&r->ring, &cqe, 1, &ts, NULL);
-    weft__uring_reap(p);
-  }
+  quiesce_reap(p, r, true);
   /* No request is taken from now on; those already asked are answered: nothing is armed any more. */
   weft__lock_acquire(&p->rx_lock);
   p->rx_closed = true;
@@ -1087,14 +1084,7 @@ int weft__uring_wb_wait(weft__oslot *s, int64_t deadline_ns) {
     s->wb_waiter = &w;
   weft__lock_release(&s->lock);
   if (rc <= 0) return rc;
-  uint32_t st = weft__waiter_wait(&w, deadline_ns);
-  if (st != WEFT__W_WOKEN) {
-    weft__lock_acquire(&s->lock);
-    if (s->wb_waiter == &w) s->wb_waiter = NULL;
-    weft__lock_release(&s->lock);
-  }
-  if (weft__owned_closing(s)) return -EBADF;
-  return st == WEFT__W_WOKEN ? 0 : weft__waiter_errno(st);
+  return weft__owned_wait_end(s, &s->wb_waiter, &w, weft__waiter_wait(&w, deadline_ns));
 }
 
 int weft__uring_reap(weft__poller *p) {

@@ -165,9 +165,8 @@ int64_t weft__uring_send(weft__poller *p, weft__oslot *s, const struct iovec *io
  * weft__uring_send says -EINPROGRESS when a write of s is behind already.
  * A close has the ring submit it before the descriptor closes, or hands
  * the close to the ring's carrier (weft__uring_wb_final); the kernel's
- * request then holds the socket open
- * until the bytes have gone into its buffer, as close(2) leaves buffered
- * bytes to go out after it.
+ * request then holds the socket open until the bytes have gone into its
+ * buffer, as close(2) leaves buffered bytes to go out after it.
  */
 #define WEFT__WB_MAX 2048u
 /* Is a write of s behind (queued or in flight)? */
