@@ -544,12 +544,17 @@ WEFT_EXTERN int weft_poll_fd(int fd, short events, int64_t deadline_ns);
  * -EPIPE) is the result of the socket's next write, as TCP reports a reset
  * to a writer a write or more late in any case; weft_fd_close lets the bytes
  * out before the descriptor closes, as close(2) does for bytes in the
- * socket's buffer. A fiber that blocks its carrier's thread right after a
- * write (a plain read(2), pthread_join, a long computation) holds those
- * bytes back until it parks or yields, as it holds back the batch of every
- * fiber of its carrier: wrap such calls in weft_blocking(), or set
- * WEFT_WRITE_BEHIND=0 to have every write wait for its send. Unix and
- * datagram sockets, larger writes, and writes on threads are never behind.
+ * socket's buffer (from a thread other than the write's carrier, that
+ * carrier closes the descriptor itself right after its next submission,
+ * so the number may stay taken a moment after the call returns). A write
+ * still behind when its carrier leaves (weft_shutdown) gets a second, then
+ * is cancelled, and the socket's next write says -ECANCELED. A fiber that
+ * blocks its carrier's thread right after a write (a plain read(2),
+ * pthread_join, a long computation) holds those bytes back until it parks
+ * or yields, as it holds back the batch of every fiber of its carrier: wrap
+ * such calls in weft_blocking(), or set WEFT_WRITE_BEHIND=0 to have every
+ * write wait for its send. Unix and datagram sockets, larger writes, and
+ * writes on threads are never behind.
  *
  * Waits: a fiber parks; a plain thread (or a fiber inside an OpenMP region)
  * blocks in poll(2). One fiber per direction at a time: a second fiber

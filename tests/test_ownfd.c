@@ -1217,6 +1217,57 @@ static void test_many_on_one_carrier(void) {
 }
 
 /* A runtime stopped and started again: descriptors owned across it register with the new pollers. */
+/*
+ * A write behind that the kernel still holds (the peer reads nothing) when
+ * weft_shutdown stops its carrier: the carrier gives it a second, then
+ * cancels it, and the socket's next write, in the next runtime, says
+ * -ECANCELED rather than going on as if those bytes had gone.
+ */
+typedef struct stuck_ctx {
+  weft_fd w;
+  bool behind; /* the small write went behind (counted) */
+} stuck_ctx;
+
+static void *fill_then_behind(void *arg) {
+  stuck_ctx *k = arg;
+  static char chunk[65536];
+  ssize_t n;
+  int64_t dl = in_ms(200);
+  while ((n = weft_fd_write(k->w, chunk, sizeof chunk, dl)) > 0) {
+  }
+  if (n != -ETIMEDOUT) return (void *)1;
+  weft_stats a, b;
+  weft_get_stats(&a);
+  /* The socket is full: behind, this send waits in the kernel while the write has returned; else the write
+   * waits, and times out. */
+  n = weft_fd_write(k->w, "x", 1, in_ms(200));
+  if (n != 1 && n != -ETIMEDOUT) return (void *)2;
+  weft_get_stats(&b);
+  k->behind = b.uring_sends_behind > a.uring_sends_behind;
+  return NULL;
+}
+
+static void *write_one(void *arg) {
+  return (void *)(intptr_t)weft_fd_write(*(weft_fd *)arg, "y", 1, in_ms(200));
+}
+
+static void test_behind_across_restart(void) {
+  weft_fd w;
+  int peer;
+  CU_ASSERT_EQUAL_FATAL(tcp_pair(&w, &peer), 0);
+  stuck_ctx k = {w, false};
+  CU_ASSERT_EQUAL(on_fiber(fill_then_behind, &k), 0);
+  weft_shutdown();
+  intptr_t r = on_fiber(write_one, &w);
+  if (k.behind) {
+    CU_ASSERT_EQUAL(r, -ECANCELED);
+  } else {
+    CU_ASSERT(r == 1 || r == -ETIMEDOUT); /* no writes behind here: the socket is just full */
+  }
+  close(peer);
+  weft_fd_close(w);
+}
+
 static void test_across_restart(void) {
   weft_fd p[2];
   CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);
@@ -1355,6 +1406,7 @@ int main(int argc, char **argv) {
       {"read_wait_after_write_wait", test_read_wait_after_write_wait},
       {"many_on_one_carrier", test_many_on_one_carrier},
       {"across_restart", test_across_restart},
+      {"behind_across_restart", test_behind_across_restart},
 #ifdef WEFT_TESTING
       {"faults", test_faults},
 #endif
