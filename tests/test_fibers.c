@@ -123,6 +123,41 @@ static void test_yield_alternates(void) {
   default_config();
 }
 
+/*
+ * Admission (sched.c, source_next): a future that a map's element starts
+ * runs before the map's next element. Element 0 starts a future and waits
+ * for it; the park used to make element 1's fiber at once, then element 2's
+ * at element 1's park, and so on, so the future ran only once the map had
+ * started every element (or at the carrier's every-61st pick): "0123F".
+ * Elements 1-3 park in a short sleep, as a map of clients parks in I/O.
+ */
+static void *admitted_fn(void *arg) {
+  trace_add(arg, 'F');
+  return NULL;
+}
+
+static int admitter_fn(void *ctx, size_t i) {
+  trace *t = ctx;
+  trace_add(t, (char)('0' + i));
+  if (i != 0) return weft_sleep_ns(MS);
+  weft_future *f;
+  int rc = weft_future_start(WEFT_BLOCKING, admitted_fn, t, &f);
+  if (rc != 0) return rc;
+  rc = weft_future_get(f, -1, NULL);
+  weft_future_free(f);
+  return rc;
+}
+
+static void test_spawned_before_source(void) {
+  if (!weft_test_fibers_expected()) return;
+  one_carrier();
+  trace t = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  CU_ASSERT_EQUAL(weft_pmap(4, admitter_fn, &t, &blocking), 0);
+  t.log[t.n] = 0;
+  CU_ASSERT_STRING_EQUAL(t.log, "0F123");
+  default_config();
+}
+
 static int sleeper_fn(void *ctx, size_t i) {
   static const int ms[] = {50, 10, 30, 20, 40};
   trace *t = ctx;
@@ -738,6 +773,7 @@ int main(int argc, char **argv) {
       {"runs_on_fibers", test_runs_on_fibers},
       {"many_per_carrier", test_many_per_carrier},
       {"yield_alternates", test_yield_alternates},
+      {"spawned_before_source", test_spawned_before_source},
       {"sleep_order", test_sleep_order},
       {"sleep_slack", test_sleep_slack},
       {"hundred_thousand", test_hundred_thousand},

@@ -41,6 +41,14 @@
  * one count of the live fibers (so shutdown waits for it) from open to its
  * last fiber's end; its clones count nothing each.
  *
+ * A fiber already spawned and not yet started takes the place of the source's
+ * next one at such a park (admit_spawned: the parking carrier's own spawn
+ * queue first, else one from another's): work asked for earlier is admitted
+ * earlier. Without it a map of clients beside a server that spawns a fiber
+ * per accepted connection starts every client before the connections it
+ * made are served (echo, 9000 connections: first round trips at 0.5-0.7 s
+ * at p99, against 0.22-0.34 s with it).
+ *
  * Readied fibers run before runnext: woken fibers then end on time and give
  * their warm stacks to the fibers made next. (Letting the new fiber go first,
  * as Go's runnext does for a new goroutine, was measured on a million
@@ -927,9 +935,24 @@ static void set_runnext(weft__carrier *c, weft__fiber *f) {
   c->runnext = f;
 }
 
-/* A fiber of source s parked on c: make the next one now, so that the source's work keeps flowing. */
+static weft__fiber *admit_spawned(weft__carrier *c);
+
+/*
+ * A fiber of source s parked on c: make the next one now, so that the source's work keeps flowing. But a
+ * fiber already spawned on c and not yet started goes first, in the new one's place: work that was asked
+ * for before the source's next element is admitted before it. (A map of clients beside a server whose
+ * acceptor spawns a fiber per connection: otherwise every client parks into a new client until the map is
+ * exhausted, and the accepted connections start only when the carrier runs dry or every 61st pick.) The
+ * source is not lost: this parked fiber ends or goes on as in any park that made no successor (pmap), and
+ * the next park, or an idle carrier, makes the source's fiber.
+ */
 static void source_next(weft__carrier *c, weft__fiber *parked, weft__source *s) {
   parked->flags |= WEFT__FIBER_BLOCKED;
+  weft__fiber *spawned = admit_spawned(c);
+  if (spawned) {
+    set_runnext(c, spawned);
+    return;
+  }
   if (!s->ops->reserve(s, false)) return;
   weft__fiber *g = clone_make(c, s);
   if (g) {
@@ -1018,6 +1041,29 @@ static weft__fiber *take_global(weft__carrier *c) {
     atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
     weft__lock_release(&c->spawn_lock);
   }
+  return f;
+}
+
+/*
+ * An unstarted fiber for a parked source fiber's place (source_next): c's own first, else one from another
+ * carrier's spawn queue that holds at least two (the lone one is left, as in steal below). One other
+ * carrier, chosen at random, is looked at: a park pays O(1). Taking from the others too spreads the fibers
+ * that one carrier spawns (an acceptor's connections) over the carriers whose source fibers park, in
+ * proportion to their parks; a started fiber stays where it started, so taking only c's own would leave
+ * every connection on the acceptor's carrier (echo 1000 x 100: 9% fewer messages a second).
+ */
+static weft__fiber *admit_spawned(weft__carrier *c) {
+  weft__fiber *f = pop_spawn(c);
+  unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
+  if (f || n < 2) return f;
+  c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull;
+  weft__carrier *v = rt.carriers[(unsigned)(c->rand >> 33) % n];
+  if (v == c || atomic_load_explicit(&v->spawn_len, memory_order_relaxed) < 2) return NULL;
+  weft__lock_acquire(&v->spawn_lock);
+  if (v->spawn.len >= 2) f = weft__fq_pop(&v->spawn);
+  atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
+  weft__lock_release(&v->spawn_lock);
+  if (f) weft__count(&c->cnt.steals, 1);
   return f;
 }
 
