@@ -939,10 +939,10 @@ static weft__fiber *admit_spawned(weft__carrier *c);
 
 /*
  * A fiber of source s parked on c: make the next one now, so that the source's work keeps flowing. But a
- * fiber already spawned on c and not yet started goes first, in the new one's place: work that was asked
- * for before the source's next element is admitted before it. (A map of clients beside a server whose
- * acceptor spawns a fiber per connection: otherwise every client parks into a new client until the map is
- * exhausted, and the accepted connections start only when the carrier runs dry or every 61st pick.) The
+ * fiber already spawned and not yet started (admit_spawned) goes first, in the new one's place: work that
+ * was asked for before the source's next element is admitted before it. (A map of clients beside a server
+ * whose acceptor spawns a fiber per connection: otherwise every client parks into a new client until the map
+ * is exhausted, and the accepted connections start only when the carrier runs dry or every 61st pick.) The
  * source is not lost: this parked fiber ends or goes on as in any park that made no successor (pmap), and
  * the next park, or an idle carrier, makes the source's fiber.
  */
@@ -1057,8 +1057,9 @@ static weft__fiber *admit_spawned(weft__carrier *c) {
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   if (f || n < 2) return f;
   c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull;
-  weft__carrier *v = rt.carriers[(unsigned)(c->rand >> 33) % n];
-  if (v == c || atomic_load_explicit(&v->spawn_len, memory_order_relaxed) < 2) return NULL;
+  weft__carrier *v = rt.carriers[(unsigned)(c->rand >> 33) % (n - 1)];
+  if (v == c) v = rt.carriers[n - 1]; /* one of the n - 1 others, each as likely */
+  if (atomic_load_explicit(&v->spawn_len, memory_order_relaxed) < 2) return NULL;
   weft__lock_acquire(&v->spawn_lock);
   if (v->spawn.len >= 2) f = weft__fq_pop(&v->spawn);
   atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
