@@ -146,11 +146,12 @@ typedef int (*weft_index_fn)(void *ctx, size_t i);
  * max_parallel at a time when that is not 0), so elements may sleep or wait
  * on I/O, locks and futures without holding an OS thread. Without fibers it
  * runs on the CPU path with one element per claim. An element that parks
- * lets the map's next element start at once, but a BLOCKING future already
- * started on that carrier (or, two or more, on another) and not yet running
- * starts first: work asked for earlier is admitted earlier, so a map of
- * clients beside a server that starts a future per accepted connection does
- * not start every client before those connections are served.
+ * lets the map's next element start at once, but a BLOCKING future that was
+ * started earlier and is not yet running starts first, in its place (one
+ * queued on the element's carrier, else one of two or more queued on
+ * another): work asked for earlier is admitted earlier, so a map of clients
+ * beside a server that starts a future per accepted connection does not
+ * start every client before those connections are served.
  *
  * Contexts: any (plain thread, fiber, OpenMP task or region, an element of
  * another weft_pmap); many threads may call at once. fn and ctx stay the
