@@ -113,14 +113,19 @@ static int pingpong_fn(void *ctx, size_t i) {
   return 0;
 }
 
-static void test_yield_alternates(void) {
-  if (!weft_test_fibers_expected()) return;
+/* A blocking map of n elements of fn on one carrier: the trace they leave is `want`. */
+static void expect_trace(size_t n, weft_index_fn fn, const char *want) {
   one_carrier();
   trace t = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  CU_ASSERT_EQUAL(weft_pmap(2, pingpong_fn, &t, &blocking), 0);
+  CU_ASSERT_EQUAL(weft_pmap(n, fn, &t, &blocking), 0);
   t.log[t.n] = 0;
-  CU_ASSERT_STRING_EQUAL(t.log, "ABABABABAB");
+  CU_ASSERT_STRING_EQUAL(t.log, want);
   default_config();
+}
+
+static void test_yield_alternates(void) {
+  if (!weft_test_fibers_expected()) return;
+  expect_trace(2, pingpong_fn, "ABABABABAB");
 }
 
 /*
@@ -150,12 +155,7 @@ static int admitter_fn(void *ctx, size_t i) {
 
 static void test_spawned_before_source(void) {
   if (!weft_test_fibers_expected()) return;
-  one_carrier();
-  trace t = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  CU_ASSERT_EQUAL(weft_pmap(4, admitter_fn, &t, &blocking), 0);
-  t.log[t.n] = 0;
-  CU_ASSERT_STRING_EQUAL(t.log, "0F123");
-  default_config();
+  expect_trace(4, admitter_fn, "0F123");
 }
 
 static int sleeper_fn(void *ctx, size_t i) {
@@ -169,12 +169,7 @@ static int sleeper_fn(void *ctx, size_t i) {
 static void test_sleep_order(void) {
   /* 10 ms apart is too close under valgrind or qemu; the fallback runs them on a team of threads. */
   if (weft_test_slow_env() || !weft_test_fibers_expected()) return;
-  one_carrier();
-  trace t = {.mu = PTHREAD_MUTEX_INITIALIZER};
-  CU_ASSERT_EQUAL(weft_pmap(5, sleeper_fn, &t, &blocking), 0);
-  t.log[t.n] = 0;
-  CU_ASSERT_STRING_EQUAL(t.log, "12345");
-  default_config();
+  expect_trace(5, sleeper_fn, "12345");
 }
 
 /*

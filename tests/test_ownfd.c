@@ -1216,7 +1216,6 @@ static void test_many_on_one_carrier(void) {
   weft_configure(&cfg);
 }
 
-/* A runtime stopped and started again: descriptors owned across it register with the new pollers. */
 /*
  * A write behind that the kernel still holds (the peer reads nothing) when
  * weft_shutdown stops its carrier: the carrier gives it a second, then
@@ -1268,6 +1267,7 @@ static void test_behind_across_restart(void) {
   weft_fd_close(w);
 }
 
+/* A runtime stopped and started again: descriptors owned across it register with the new pollers. */
 static void test_across_restart(void) {
   weft_fd p[2];
   CU_ASSERT_EQUAL_FATAL(owned_pair(p), 0);

@@ -1015,13 +1015,21 @@ static void drain_inbox(weft__carrier *c) {
   weft__lock_release(&c->inbox_lock);
 }
 
-static weft__fiber *pop_spawn(weft__carrier *c) {
-  if (atomic_load_explicit(&c->spawn_len, memory_order_relaxed) == 0) return NULL;
-  weft__lock_acquire(&c->spawn_lock);
-  weft__fiber *f = weft__fq_pop(&c->spawn);
-  atomic_store_explicit(&c->spawn_len, c->spawn.len, memory_order_relaxed);
-  weft__lock_release(&c->spawn_lock);
+/* One of v's unstarted fibers, the oldest, if it has at least `min` (taken under its lock); else NULL. */
+static weft__fiber *pop_spawn_of(weft__carrier *v, size_t min) {
+  if (atomic_load_explicit(&v->spawn_len, memory_order_relaxed) < min) return NULL;
+  weft__lock_acquire(&v->spawn_lock);
+  weft__fiber *f = v->spawn.len >= min ? weft__fq_pop(&v->spawn) : NULL;
+  atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
+  weft__lock_release(&v->spawn_lock);
   return f;
+}
+
+static weft__fiber *pop_spawn(weft__carrier *c) { return pop_spawn_of(c, 1); }
+
+/* The carrier's next pseudo-random number (an LCG: for picking victims, nothing more). */
+static uint64_t carrier_rand(weft__carrier *c) {
+  return c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull;
 }
 
 /* Move a batch from the global queue to c's spawn queue; return one to run. */
@@ -1056,15 +1064,9 @@ static weft__fiber *admit_spawned(weft__carrier *c) {
   weft__fiber *f = pop_spawn(c);
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   if (f || n < 2) return f;
-  c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull;
-  weft__carrier *v = rt.carriers[(unsigned)(c->rand >> 33) % (n - 1)];
+  weft__carrier *v = rt.carriers[(unsigned)(carrier_rand(c) >> 33) % (n - 1)];
   if (v == c) v = rt.carriers[n - 1]; /* one of the n - 1 others, each as likely */
-  if (atomic_load_explicit(&v->spawn_len, memory_order_relaxed) < 2) return NULL;
-  weft__lock_acquire(&v->spawn_lock);
-  if (v->spawn.len >= 2) f = weft__fq_pop(&v->spawn);
-  atomic_store_explicit(&v->spawn_len, v->spawn.len, memory_order_relaxed);
-  weft__lock_release(&v->spawn_lock);
-  if (f) weft__count(&c->cnt.steals, 1);
+  if ((f = pop_spawn_of(v, 2))) weft__count(&c->cnt.steals, 1);
   return f;
 }
 
@@ -1081,8 +1083,7 @@ static weft__fiber *admit_spawned(weft__carrier *c) {
  */
 static weft__fiber *steal(weft__carrier *c, bool lone) {
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  unsigned start =
-      (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
+  unsigned start = (unsigned)carrier_rand(c) % (n ? n : 1);
   for (unsigned k = 0; k < n; k++) {
     weft__carrier *v = rt.carriers[(start + k) % n];
     size_t len = v == c ? 0 : atomic_load_explicit(&v->spawn_len, memory_order_relaxed);
@@ -1203,8 +1204,7 @@ static weft__fiber *take_shared(weft__carrier *c, weft__carrier *v) {
 static weft__fiber *steal_shared(weft__carrier *c) {
   if (!rt.settings.migrate) return NULL;
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  unsigned start =
-      (unsigned)(c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull) % (n ? n : 1);
+  unsigned start = (unsigned)carrier_rand(c) % (n ? n : 1);
   for (unsigned k = 0; k < n; k++) {
     weft__carrier *v = rt.carriers[(start + k) % n];
     if (v == c) continue;
