@@ -1027,9 +1027,13 @@ static weft__fiber *pop_spawn_of(weft__carrier *v, size_t min) {
 
 static weft__fiber *pop_spawn(weft__carrier *c) { return pop_spawn_of(c, 1); }
 
-/* The carrier's next pseudo-random number (an LCG: for picking victims, nothing more). */
-static uint64_t carrier_rand(weft__carrier *c) {
-  return c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull;
+/*
+ * A pseudo-random index below n (n >= 1) from the carrier's LCG: for picking victims, nothing more. The
+ * high bits: an LCG's low bits repeat with short periods (the lowest alternates).
+ */
+static unsigned carrier_pick(weft__carrier *c, unsigned n) {
+  c->rand = c->rand * 6364136223846793005ull + 1442695040888963407ull;
+  return (unsigned)(c->rand >> 33) % n;
 }
 
 /* Move a batch from the global queue to c's spawn queue; return one to run. */
@@ -1064,7 +1068,7 @@ static weft__fiber *admit_spawned(weft__carrier *c) {
   weft__fiber *f = pop_spawn(c);
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
   if (f || n < 2) return f;
-  weft__carrier *v = rt.carriers[(unsigned)(carrier_rand(c) >> 33) % (n - 1)];
+  weft__carrier *v = rt.carriers[carrier_pick(c, n - 1)];
   if (v == c) v = rt.carriers[n - 1]; /* one of the n - 1 others, each as likely */
   if ((f = pop_spawn_of(v, 2))) weft__count(&c->cnt.steals, 1);
   return f;
@@ -1083,7 +1087,7 @@ static weft__fiber *admit_spawned(weft__carrier *c) {
  */
 static weft__fiber *steal(weft__carrier *c, bool lone) {
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  unsigned start = (unsigned)carrier_rand(c) % (n ? n : 1);
+  unsigned start = carrier_pick(c, n ? n : 1);
   for (unsigned k = 0; k < n; k++) {
     weft__carrier *v = rt.carriers[(start + k) % n];
     size_t len = v == c ? 0 : atomic_load_explicit(&v->spawn_len, memory_order_relaxed);
@@ -1204,7 +1208,7 @@ static weft__fiber *take_shared(weft__carrier *c, weft__carrier *v) {
 static weft__fiber *steal_shared(weft__carrier *c) {
   if (!rt.settings.migrate) return NULL;
   unsigned n = atomic_load_explicit(&rt.ncarriers, memory_order_acquire);
-  unsigned start = (unsigned)carrier_rand(c) % (n ? n : 1);
+  unsigned start = carrier_pick(c, n ? n : 1);
   for (unsigned k = 0; k < n; k++) {
     weft__carrier *v = rt.carriers[(start + k) % n];
     if (v == c) continue;
