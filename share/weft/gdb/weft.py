@@ -3,6 +3,7 @@
 #   (gdb) source /usr/local/share/weft/gdb/weft.py     (wherever weft is installed)
 #   (gdb) info weft-fibers                 every started fiber: id, carrier, state, wait, what started it
 #   (gdb) weft-bt 17                       the backtrace of parked fiber 17, through gdb's own unwinder
+#   (gdb) weft-gcore hung.core             a core file of the live process that holds the fibers' stacks
 #
 # It reads the process's memory only, through the table weft exports as
 # weft__debug_layout (src/fiber/debug.c): addresses and field offsets, so it
@@ -15,9 +16,25 @@
 # frame-pointer chain, which names every frame of code built with frame
 # pointers (and weft's own assembly) and may stop early in code without.
 #
+# weft-gcore is for the process that may not be killed: gdb's own gcore
+# gives up on a mapping at its first unreadable page, and a chunk of fiber
+# stacks has a guard (MADV_GUARD_INSTALL markers, Linux 6.13+) below every
+# stack, so gcore writes the fibers' stacks as zeros. weft-gcore runs gcore,
+# then copies into the core, page by page around the guards, every readable
+# page of the mappings gcore gave up on (what the kernel's own dump does),
+# found through /proc/PID/pagemap and read through /proc/PID/mem. It writes
+# nothing into the process and runs no code in it: the guards are never
+# lifted. It then checks that every parked fiber's saved frame is in the core
+# as it is in the process. Live processes on this machine only; it refuses a
+# core file.
+#
 # docs/debugging.md has a worked session.
 
+import bisect
+import os
+import re
 import struct
+import time
 
 import gdb
 import gdb.unwinder
@@ -279,5 +296,231 @@ Usage: weft-bt FIBER-ID [COUNT]"""
             gdb.invalidate_cached_frames()
 
 
+
+# ---- weft-gcore -------------------------------------------------------------
+#
+# gdb's gcore reads each mapping in blocks of 1 MiB and, at the first block it
+# cannot read, warns and leaves the rest of that mapping as zeros. A chunk of
+# fiber stacks is one mapping with a guard (MADV_GUARD_INSTALL markers) below
+# every stack, so its first block fails and every stack in it is lost; weft's
+# alternate signal stacks, guarded the same way, too. The kernel's own dump
+# skips such pages one by one. weft-gcore runs gcore, then does what the
+# kernel does for the mappings gcore gave up on: it finds their pages in
+# /proc/PID/pagemap and copies every readable page from /proc/PID/mem into the
+# core file, at the offset gcore reserved for it. It writes nothing into the
+# process and runs no code in it.
+
+# The top byte of a pagemap entry (bits 56-63): bit 63 present, 62 swapped (or
+# a PTE marker, as a guard is), 58 guard region (Linux 6.14+).
+_PM_PRESENT, _PM_SWAP, _PM_GUARD = 0x80, 0x40, 0x04
+# One letter per page: P present, G guard (unreadable), S swapped or a guard
+# on a kernel without the guard bit (tried), R swapped and readable, . neither.
+_PM_CODES = bytes(ord("P") if b & _PM_PRESENT else
+                  (ord("G") if b & _PM_GUARD else ord("S")) if b & _PM_SWAP else ord(".")
+                  for b in range(256))
+_PM_WINDOW = 1 << 20  # pages of pagemap read at a time (8 MiB of entries)
+_COPY_BLOCK = 1 << 20  # bytes copied per read and write
+
+
+def _pread_all(fd, n, off):
+    """n bytes at off, or None where any of them cannot be read."""
+    out = bytearray()
+    while len(out) < n:
+        try:
+            b = os.pread(fd, n - len(out), off + len(out))
+        except OSError:
+            return None
+        if not b:
+            return None
+        out += b
+    return bytes(out)
+
+
+def _core_loads(path):
+    """The PT_LOAD segments of an ELF64 little-endian core with contents in the file: (vaddr, offset, filesz)."""
+    with open(path, "rb") as f:
+        eh = f.read(64)
+        if len(eh) < 64 or eh[:4] != b"\x7fELF" or eh[4] != 2 or eh[5] != 1:
+            raise gdb.GdbError("weft-gcore: %s is not an ELF64 little-endian core (what gcore wrote?)" % path)
+        phoff, shoff = struct.unpack_from("<QQ", eh, 32)
+        phentsize, phnum = struct.unpack_from("<HH", eh, 54)
+        if phnum == 0xFFFF:  # PN_XNUM: more than 65534 segments, the count is in section 0's sh_info
+            f.seek(shoff + 44)
+            phnum = struct.unpack("<I", f.read(4))[0]
+        f.seek(phoff)
+        raw = f.read(phentsize * phnum)
+    loads = []
+    for i in range(phnum):
+        p_type, _flags, off, vaddr, _paddr, filesz = struct.unpack_from("<IIQQQQ", raw, i * phentsize)
+        if p_type == 1 and filesz:
+            loads.append((vaddr, off, filesz))
+    return loads
+
+
+def _private_anon(pid):
+    """Start addresses of the private anonymous mappings: their pages neither present nor swapped are zeros."""
+    starts = set()
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.split(None, 5)
+            path = parts[5].strip() if len(parts) > 5 else ""
+            if parts[1][3] == "p" and path in ("", "[heap]", "[stack]"):
+                starts.add(int(parts[0].split("-")[0], 16))
+    return starts
+
+
+def _page_codes(pm, mem, vaddr, npages, page):
+    """One letter per page of [vaddr, vaddr + npages pages) (see _PM_CODES), swapped pages tried; None when
+    pagemap has no entries there (the vsyscall page)."""
+    codes = bytearray()
+    for w in range(0, npages, _PM_WINDOW):
+        n = min(_PM_WINDOW, npages - w)
+        raw = _pread_all(pm, 8 * n, (vaddr // page + w) * 8)
+        if raw is None:
+            return None
+        codes += raw[7::8].translate(_PM_CODES)
+    # A swapped page reads (the kernel swaps it in); a guard marker, where pagemap has no guard bit, fails.
+    for m in list(re.finditer(b"S+", codes)):
+        a, b = m.span()
+        if _pread_all(mem, (b - a) * page, vaddr + a * page) is not None:
+            codes[a:b] = b"R" * (b - a)
+            continue
+        for i in range(a, b):
+            ok = _pread_all(mem, page, vaddr + i * page) is not None
+            codes[i] = ord("R") if ok else ord("G")
+    return codes
+
+
+class WeftGcore(gdb.Command):
+    """Write a core file of this live process with its fibers' stacks in it.
+Usage: weft-gcore [FILE]        (FILE defaults to core.PID)
+
+gdb's gcore, then every mapping that gcore could not read past a guard page
+(fiber stacks, weft's signal stacks) is copied into FILE page by page, around
+the guards, from /proc/PID/mem. Nothing is written into the process and no
+code runs in it. A live process on this machine only (not a core file, not
+gdbserver), all threads stopped."""
+
+    def __init__(self):
+        super().__init__("weft-gcore", gdb.COMMAND_FILES, gdb.COMPLETE_FILENAME)
+
+    def invoke(self, arg, from_tty):
+        inf = gdb.selected_inferior()
+        conn = getattr(inf, "connection", None)
+        kind = conn.type if conn is not None else None
+        if kind is None and "core dump file" in gdb.execute("info files", to_string=True):
+            kind = "core"  # a gdb older than 11, without Inferior.connection
+        if kind == "core":
+            raise gdb.GdbError("weft-gcore: this is a core file, not a live process; a core file is what weft-gcore "
+                               "makes (info weft-fibers and weft-bt read this one as it is)")
+        if inf.pid == 0:
+            raise gdb.GdbError("weft-gcore: no live process (attach with gdb -p PID, or run the program)")
+        if kind not in (None, "native"):
+            raise gdb.GdbError("weft-gcore: the process must be on this machine (it reads /proc/%d); this target is "
+                               "%s: use the kernel's core there (docs/debugging.md)" % (inf.pid, kind))
+        if any(t.is_running() for t in inf.threads()):
+            raise gdb.GdbError("weft-gcore: some threads are running (non-stop mode): interrupt them all first "
+                               "(interrupt -a)")
+        argv = gdb.string_to_argv(arg)
+        if len(argv) > 1:
+            raise gdb.GdbError("usage: weft-gcore [FILE]")
+        path = os.path.abspath(os.path.expanduser(argv[0] if argv else "core.%d" % inf.pid))
+        pid = inf.pid
+        page = os.sysconf("SC_PAGE_SIZE")
+        t0 = time.monotonic()
+        fds = []
+        try:
+            for name in ("pagemap", "mem"):
+                fds.append(os.open("/proc/%d/%s" % (pid, name), os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            raise gdb.GdbError("weft-gcore: cannot read /proc/%d/%s (%s)" % (pid, name, e.strerror))
+        try:
+            out = gdb.execute("gcore %s" % path, to_string=True)
+            fixed, pages, guards = self._refill(path, pid, fds[0], fds[1], page)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        # gcore's warnings about the mappings refilled here are answered; the others (the vsyscall page) stand.
+        for line in out.splitlines():
+            m = re.match(r"warning: Memory read failed for corefile section, \d+ bytes at (0x[0-9a-f]+)", line)
+            if not m or int(m.group(1), 16) not in fixed:
+                print(line)
+        print("weft-gcore: gcore stopped at the guard pages of %d mapping%s; copied %d pages (%.1f MiB) of them "
+              "around %d guard pages, in %.2f s" % (len(fixed), "" if len(fixed) == 1 else "s", pages,
+                                                     pages * page / 1048576.0, guards, time.monotonic() - t0))
+        self._verify(path)
+
+    @staticmethod
+    def _refill(path, pid, pm, mem, page):
+        """Copy the readable pages of every mapping gcore gave up on; (their addresses, pages copied, guards)."""
+        anon = _private_anon(pid)
+        fixed = set()
+        copied = guards = 0
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            for vaddr, off, filesz in _core_loads(path):
+                npages = filesz // page
+                codes = _page_codes(pm, mem, vaddr, npages, page)
+                if codes is None or b"G" not in codes:
+                    continue  # gcore read all of it
+                fixed.add(vaddr)
+                guards += codes.count(b"G")
+                # A private anonymous page neither present nor swapped is a zero, as the file already holds.
+                want = rb"[PR]+" if vaddr in anon else rb"[^G]+"
+                for m in re.finditer(want, codes):
+                    a, b = m.start() * page, m.end() * page
+                    copied += m.end() - m.start()
+                    for x in range(a, b, _COPY_BLOCK):
+                        n = min(_COPY_BLOCK, b - x)
+                        data = _pread_all(mem, n, vaddr + x)
+                        if data is None:
+                            raise gdb.GdbError("weft-gcore: %#x..%#x of the process could not be read; %s lacks it"
+                                               % (vaddr + x, vaddr + x + n, path))
+                        os.pwrite(fd, data, off + x)
+        finally:
+            os.close(fd)
+        return fixed, copied, guards
+
+    @staticmethod
+    def _verify(path):
+        """Every fiber that saved its registers has its switch frame in the core, as in the process."""
+        try:
+            lay = Layout()
+        except gdb.GdbError as e:
+            # Not a weft program, or a weft this script cannot read: the core is written all the same.
+            print("weft-gcore: no fibers checked (%s)" % e)
+            return
+        if _u(lay.rt + lay.rt_state, 4) != 1:
+            print("weft-gcore: no fibers checked (the fiber runtime is not running)")
+            return
+        size = FRAMES[_arch()]["sp_after"]
+        frames = []  # (sp, fiber id) of every fiber whose registers are saved on its stack
+        for _cid, _extra, fib in _fibers(lay):
+            if STATES.get(_u(fib + lay.f_state, 1)) in ("parked", "runnable"):
+                sp = _u(fib + lay.f_sp, lay.ptr)
+                if sp:
+                    frames.append((sp, _u(fib + lay.f_id, 8)))
+        frames.sort()  # the core is read in address order: its segments are too
+        loads = sorted(_core_loads(path))
+        starts = [v for v, _o, _sz in loads]
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for sp, fid in frames:
+                i = bisect.bisect_right(starts, sp) - 1
+                data = None
+                if i >= 0 and sp + size <= loads[i][0] + loads[i][2]:
+                    data = _pread_all(fd, size, loads[i][1] + sp - loads[i][0])
+                if data != _mem(sp, size):
+                    raise gdb.GdbError("weft-gcore: fiber %d's stack at %#x is not in %s as it is in the process"
+                                       % (fid, sp, path))
+        finally:
+            os.close(fd)
+        n = len(frames)
+        print("weft-gcore: the saved frames of all %d parked or runnable fibers are in %s" % (n, path))
+
+
 InfoWeftFibers()
 WeftBt()
+WeftGcore()
