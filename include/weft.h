@@ -119,8 +119,17 @@ typedef int (*weft_index_fn)(void *ctx, size_t i);
  * -EINVAL when fn is NULL, opts->kind is not a weft_kind, or opts->flags has
  * a bit other than WEFT_PMAP_EXPLAIN (nothing runs); -ENOMEM when the
  * bookkeeping for the call cannot be allocated (nothing runs). Once elements
- * have started, weft never gives up on the rest: if fibers cannot be created
- * it runs them with fewer in flight or on the fallback path.
+ * have started, weft never gives up on the rest.
+ *
+ * When resources run out (weft_stats.stacks_refused counts it): a BLOCKING
+ * map that cannot get a fiber stack (address space, memory, mappings, or the
+ * reserve weft keeps under RLIMIT_AS for the program and the OpenMP runtime)
+ * goes on with the fibers it has, each taking the next index when its element
+ * is done, so fewer elements are in flight; with no fiber left, the caller
+ * runs the next element itself (needing nothing new) and tries fibers again
+ * after it. Every element runs exactly once; the call returns -ENOMEM only
+ * before any element has started. A CPU map needs no new resource per element
+ * (the OpenMP runtime's threads, or the caller alone).
  *
  * WEFT_CPU: the elements run as OpenMP tasks. Outside any parallel region the
  * call opens one on the OpenMP runtime's pooled threads (OMP_NUM_THREADS is
@@ -179,6 +188,12 @@ typedef void *(*weft_task_fn)(void *arg);
  * team, or its own pool, to exist). On error *out is untouched and fn will
  * not run. The caller owns the future and must release it with
  * weft_future_free(). Contexts: any.
+ *
+ * When resources run out: no memory for the future's record gives -ENOMEM
+ * here; a BLOCKING future whose fiber cannot get a stack runs on the CPU path
+ * instead (weft's OpenMP team, where a fiber-aware wait blocks its thread),
+ * and if that cannot take it either, weft_future_get says -ENOMEM and fn
+ * never runs. A future is never lost: every get returns.
  */
 WEFT_EXTERN int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **out);
 
@@ -435,6 +450,7 @@ typedef struct weft_stats {
   uint64_t uring_recvs;        /* fibers' reads of owned sockets done as io_uring receives */
   uint64_t uring_sends;        /* fibers' writes of owned sockets done as io_uring sends */
   uint64_t uring_sends_behind; /* of those, writes that went behind (returned before the send completed) */
+  uint64_t stacks_refused;     /* fiber stacks that could not be had: the work ran with fewer in flight */
 } weft_stats;
 
 /*

@@ -79,6 +79,7 @@ int weft_get_stats(weft_stats *out) {
   out->stacks_carved = s.fresh;
   out->stacks_trimmed = s.trimmed;
   out->stack_bytes_mapped = (uint64_t)s.mapped * s.stride;
+  out->stacks_refused = s.refused;
   weft__offload_stats o;
   weft__offload_get_stats(&o);
   out->offload_calls = o.calls;

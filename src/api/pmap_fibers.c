@@ -39,9 +39,20 @@
  * the caller returned under a live fiber, and the gang finished twice (the
  * runtime's live count went below zero and weft_shutdown waited forever).
  *
- * When no stack can be had for a fiber, the gang stops making them
- * ("starved"); the fibers it has finish what is left, and if it had none,
- * the caller runs the rest on the CPU path: no element is lost.
+ * When no stack can be had for a fiber (address space, memory, a mapping
+ * limit), the gang is "starved": it stops making fibers and is closed, and
+ * the fibers it has go on claiming indices after their elements block (they
+ * would otherwise end, expecting a successor that can no longer be made), from
+ * every slice (no carrier arrives through the list any more): the map runs
+ * with as many elements in flight as it had stacks. A starved gang that had
+ * no fiber left (every stack was taken by other work, or its last fiber ended
+ * just before the failure) wakes the caller with indices left; the caller
+ * then runs one of them itself, on its own thread or fiber, which needs no new
+ * resource, and opens the gang again, so that the map goes on with fibers as
+ * soon as a stack can be had and never stops making progress meanwhile. It
+ * never falls back on the CPU path: that needs the OpenMP runtime's threads,
+ * whose creation fails under the same limits, and libgomp then ends the
+ * process. No element is lost and none runs twice.
  */
 #include "../base/internal.h"
 
@@ -78,7 +89,7 @@ typedef struct gang {
  */
 static bool slice_open_to(gang *g, size_t j, size_t home) {
   return j == home || atomic_load_explicit(&g->slice[j].attached, memory_order_relaxed) ||
-         !weft__carrier_may_arrive((unsigned)j);
+         atomic_load_explicit(&g->starved, memory_order_relaxed) || !weft__carrier_may_arrive((unsigned)j);
 }
 
 static void attach(gang *g, size_t home) {
@@ -223,6 +234,8 @@ static bool gang_unreserve(weft__source *src) {
  */
 static bool gang_ends_after_block(gang *g, uint32_t flags) {
   if (!(flags & WEFT__FIBER_BLOCKED)) return false;
+  /* Starved: no successor can be made, so this fiber is one of the few left to run the rest. */
+  if (atomic_load_explicit(&g->starved, memory_order_relaxed)) return false;
   if (g->max_live == SIZE_MAX) return true;
   return (flags & WEFT__FIBER_SUCCEEDED) &&
          (atomic_load_explicit(&g->live, memory_order_relaxed) & ~GANG_CLOSED) < g->max_live;
@@ -258,18 +271,33 @@ static void gang_nostack(weft__fiber *f) { (void)f; /* never called: a clone exi
 static const weft__fiber_ops gang_fiber_ops = {gang_entry, gang_done, gang_nostack, "pmap element"};
 static const weft__source_ops gang_source_ops = {gang_reserve, gang_wants, gang_unreserve};
 
-/* What a starved gang left, run on the CPU path: indices [lo, hi) of one slice, errors kept in the gang. */
-typedef struct gang_rest {
-  gang *g;
-  size_t lo;
-} gang_rest;
+/*
+ * The gang finished starved with indices left and no fiber: claim one index
+ * from any slice (no fiber of the gang exists and none can start while it is
+ * closed, but a claim is a claim: the same compare-and-swap). True with *out
+ * set; false when every index was claimed.
+ */
+static bool gang_claim_any(gang *g, size_t *out) {
+  for (size_t j = 0; j < g->nslices; j++) {
+    gang_slice *s = &g->slice[j];
+    size_t cur = atomic_load_explicit(&s->next, memory_order_relaxed);
+    while (cur < s->end)
+      if (atomic_compare_exchange_weak_explicit(&s->next, &cur, cur + 1, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        *out = cur;
+        return true;
+      }
+  }
+  return false;
+}
 
-static int gang_rest_fn(void *ctx, size_t k) {
-  gang_rest *rest = ctx;
-  size_t i = rest->lo + k;
-  int rc = rest->g->r.fn(rest->g->r.ctx, i);
-  if (rc != 0) weft__range_fail(&rest->g->r, i, rc);
-  return 0;
+/* Open g for (another) round of fibers: every place free, not starved. 0 or -ESHUTDOWN. */
+static int gang_open(gang *g, unsigned want) {
+  atomic_store_explicit(&g->live, 0, memory_order_relaxed);
+  atomic_store_explicit(&g->starved, false, memory_order_relaxed);
+  weft__waiter_init(g->w, false);
+  weft__waiter_on(g->w, WEFT__WAIT_MAP, g);
+  return weft__source_open(&g->src, want);
 }
 
 int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel, const void *site) {
@@ -293,26 +321,27 @@ int weft__pmap_fibers(size_t n, weft_index_fn fn, void *ctx, size_t max_parallel
     start += len;
   }
   weft__waiter w;
-  weft__waiter_init(&w, false);
-  weft__waiter_on(&w, WEFT__WAIT_MAP, &g);
   g.w = &w;
   g.src.ops = &gang_source_ops;
   g.src.fiber_ops = &gang_fiber_ops;
   g.src.arg = &g;
   g.src.spawn_site = site;
-  int rc = weft__source_open(&g.src, (unsigned)k);
-  if (rc < 0) return rc;
-  /* Not cancellable: the fibers use this frame until the last one has gone. */
-  weft__waiter_wait(&w, -1);
-  if (atomic_load_explicit(&g.starved, memory_order_relaxed)) {
-    /* No stack for any more fibers: what is left goes down the CPU path, so no element is lost. */
-    for (size_t j = 0; j < k; j++) {
-      size_t lo = atomic_load_explicit(&g.slice[j].next, memory_order_relaxed), hi = g.slice[j].end;
-      if (lo >= hi) continue;
-      gang_rest rest = {&g, lo};
-      weft__range r;
-      weft__range_init(&r, hi - lo, gang_rest_fn, &rest, 1, max_parallel);
-      weft__pmap_cpu(&r);
+  int rc = gang_open(&g, (unsigned)k);
+  if (rc < 0) return rc; /* nothing started */
+  for (;;) {
+    /* Not cancellable: the fibers use this frame until the last one has gone. */
+    weft__waiter_wait(&w, -1);
+    /* The last place went: every index was claimed, or the gang starved with some left (see the top). */
+    size_t i;
+    if (!atomic_load_explicit(&g.starved, memory_order_relaxed) || !gang_claim_any(&g, &i)) break;
+    rc = fn(ctx, i); /* one element here: progress that needs no stack */
+    if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(&g.r, i, rc);
+    if (gang_drained(&g)) break;
+    if (gang_open(&g, (unsigned)k) < 0) {
+      /* Shut down meanwhile (a misuse: weft.h): the rest here, one after the other, so that none is lost. */
+      while (gang_claim_any(&g, &i))
+        if ((rc = fn(ctx, i)) != 0) weft__range_fail(&g.r, i, rc);
+      break;
     }
   }
   return weft__range_result(&g.r);

@@ -4,9 +4,14 @@
  */
 #include "process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "sys.h"
@@ -188,4 +193,19 @@ int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *
     return -rc;
   }
   return cpu == -2 ? 1 : 0;
+}
+
+size_t weft__as_room(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return SIZE_MAX;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return SIZE_MAX;
+  buf[n] = '\0';
+  const char *v = strstr(buf, "VmSize:");
+  uint64_t used = v ? (uint64_t)strtoull(v + 7, NULL, 10) * 1024 : 0, lim = rl.rlim_cur;
+  return used < lim ? (size_t)(lim - used) : 0;
 }

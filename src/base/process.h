@@ -38,6 +38,14 @@ int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *
 int weft__threads_alive(void);
 
 /*
+ * Under a finite RLIMIT_AS (ulimit -v): the bytes of address space the limit
+ * leaves the process now (the limit less its VmSize; 0 when it is over).
+ * SIZE_MAX when there is no limit. A system call and a read of
+ * /proc/self/status: for decisions that are rare (a chunk of stacks, a team).
+ */
+size_t weft__as_room(void);
+
+/*
  * What a part of weft does around fork(): prepare runs in the forking
  * thread before the fork (take the locks that the child must find free),
  * parent and child after it, each in its process. Any may be NULL. As with

@@ -281,6 +281,30 @@ static void dispatch(bool alone) {
   pthread_mutex_unlock(&host.mu);
 }
 
+/*
+ * How many threads a region of the host may have, of `want`: all of them,
+ * unless RLIMIT_AS leaves too little address space for the threads libgomp
+ * would have to create (a default-sized stack and 16 MiB of slack each, above
+ * a margin of 32 MiB). libgomp ends the process when it cannot create a
+ * region's thread ("Thread creation failed"), so a short address space must
+ * mean a smaller team, never a region that asks for more. Threads the
+ * runtime already keeps for this host from an earlier region cost nothing
+ * new; counting them as new only makes the team smaller than it could be.
+ */
+static int host_team_size(int want) {
+  size_t room = weft__as_room();
+  if (room == SIZE_MAX || want <= 1) return want;
+  size_t stack = (size_t)8 << 20;
+  pthread_attr_t a;
+  if (pthread_getattr_default_np(&a) == 0) {
+    (void)pthread_attr_getstacksize(&a, &stack);
+    pthread_attr_destroy(&a);
+  }
+  size_t per = stack + ((size_t)16 << 20), margin = (size_t)32 << 20;
+  size_t fit = room > margin ? (room - margin) / per : 0;
+  return fit + 1 < (size_t)want ? (int)fit + 1 : want;
+}
+
 static void *host_main(void *arg) {
   WEFT__UNUSED(arg);
   /* The team: the runtime's default number of threads, plus the dispatcher. */
@@ -297,7 +321,8 @@ static void *host_main(void *arg) {
     }
     if ((!host.queue.head || host.exiting) && host.stopping) break;
     pthread_mutex_unlock(&host.mu);
-#pragma omp parallel num_threads(workers + 1)
+    int team = host_team_size(workers + 1);
+#pragma omp parallel num_threads(team)
     {
       tls_in_host = true;
       if (omp_get_thread_num() == 0) dispatch(omp_get_num_threads() == 1);

@@ -130,6 +130,20 @@
  *    undetected but lands in the stack's own reservation, not in a
  *    neighbouring stack; a bigger one corrupts whatever lies below.
  *
+ * ==== Running out ===========================================================
+ *
+ * An allocation fails (-ENOMEM, counted in `refused`) only when no stack is
+ * pooled and no arena can be carved: the chunk's mapping, the arena's records
+ * or (under RLIMIT_AS) the budget below. A failing chunk mapping is retried
+ * at half the size down to one arena, so that a limit is met with one arena's
+ * worth of room at most left unused, and the doubling starts again from what
+ * was mapped. Under a finite RLIMIT_AS a chunk is mapped only while a reserve
+ * of a sixteenth of the limit and 16 MiB per CPU stays free (as_room): the rest
+ * is for the program and for the OpenMP runtime, which ends the process when
+ * it cannot start a thread. The callers
+ * absorb a refusal: a map goes on with the fibers it has, a future runs on
+ * the CPU path (weft.h says what each call does).
+ *
  * ==== The rest ==============================================================
  *
  * Frees from another thread go to that thread's cache, which is as good as
@@ -163,6 +177,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
@@ -306,6 +321,8 @@ static struct {
   _Atomic size_t n_none;        /* of which unguarded */
   _Atomic size_t budget;        /* most mprotect-guarded stacks mapped at once */
   atomic_bool warned;           /* the "stacks come unguarded" warning was given (this init) */
+  _Atomic size_t as_mapped;     /* bytes of address space in chunks (live and orphaned) */
+  _Atomic uint64_t refused;     /* allocations that failed: no pooled stack and no arena could be carved */
   _Atomic uint64_t fresh;       /* stacks carved since init */
   _Atomic uint64_t released;    /* stacks unmapped since init */
   _Atomic uint64_t trimmed;     /* stacks trimmed since init */
@@ -586,17 +603,58 @@ static void chunk_unlink_locked(chunk *c) {
   if (c == first && pool.chunks) chunk_recount_locked(pool.chunks);
 }
 
-/* Map a chunk of `narenas` arenas (address space only). NULL when mmap or malloc fails. */
+/*
+ * Under a finite RLIMIT_AS (ulimit -v), how many more bytes the stacks may
+ * map now: what the limit leaves (the limit less the process's VmSize), less
+ * a reserve of a sixteenth of the limit and 16 MiB per CPU, which stays for the
+ * program and for the OpenMP runtime: libgomp ends the process when it cannot
+ * create a team's thread (8 MiB of stack each, and a malloc arena of up to
+ * 64 MiB of address space), so stacks that took every byte the limit allows
+ * would turn a shortage of stacks, which weft absorbs (fewer fibers in
+ * flight), into a crash it cannot catch. SIZE_MAX without a limit. Read at
+ * each chunk mapping (a few dozen a burst), so that a limit set after init
+ * counts too.
+ */
+static size_t as_room(void) {
+  size_t room = weft__as_room();
+  if (room == SIZE_MAX) return SIZE_MAX;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0) return SIZE_MAX;
+  uint64_t reserve = (uint64_t)rl.rlim_cur / 16;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  reserve += ((uint64_t)16 << 20) * (uint64_t)(cpus > 0 ? cpus : 1);
+  return room > reserve ? (size_t)(room - reserve) : 0;
+}
+
+/*
+ * Map a chunk of at most `narenas` arenas (address space only): fewer when
+ * the address-space budget or the kernel refuses that many (halving down to
+ * one arena: under RLIMIT_AS the doubling would otherwise give up with a
+ * whole chunk's worth of room left). NULL when not even one arena can be
+ * mapped, or malloc fails.
+ */
 static chunk *chunk_map(size_t narenas) {
-  size_t len = narenas * pool.arena_stacks * pool.stride;
+  size_t arena_len = pool.arena_stacks * pool.stride;
+  size_t room = as_room();
+  if (room != SIZE_MAX) {
+    if (room / arena_len < narenas) narenas = room / arena_len;
+    if (narenas == 0) return NULL;
+  }
+  char *m;
+  for (;;) {
+    m = weft__mmap(NULL, narenas * arena_len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m != MAP_FAILED) break;
+    if (narenas == 1) return NULL;
+    narenas /= 2;
+  }
+  size_t len = narenas * arena_len;
   chunk *c = weft__calloc(1, sizeof *c + narenas * sizeof(arena *));
-  if (!c) return NULL;
-  char *m = weft__mmap(NULL, len, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (m == MAP_FAILED) {
-    weft__free(c);
+  if (!c) {
+    munmap(m, len);
     return NULL;
   }
+  atomic_fetch_add_explicit(&pool.as_mapped, len, memory_order_relaxed);
   /* Best effort: a huge page would commit 2 MiB where a fiber touches 4 KiB. */
   if (pool.nohuge) (void)weft__madvise(m, len, MADV_NOHUGEPAGE);
   c->map = m;
@@ -632,6 +690,7 @@ static void chunk_unmap(chunk *c) {
     (void)weft__madvise(c->map, c->len, MADV_DONTNEED);
   }
   errno = saved;
+  atomic_fetch_sub_explicit(&pool.as_mapped, c->len, memory_order_relaxed);
   atomic_fetch_sub_explicit(&pool.n_mprotect, mprot, memory_order_relaxed);
   atomic_fetch_sub_explicit(&pool.n_none, none, memory_order_relaxed);
   atomic_fetch_sub_explicit(&pool.mapped, stacks, memory_order_relaxed);
@@ -711,7 +770,9 @@ static arena *carve(void) {
     if (!fresh) return NULL;
     pthread_mutex_lock(&pool.lock);
     chunk_link_locked(fresh);
-    if (pool.next_chunk_arenas < CHUNK_ARENAS_MAX) pool.next_chunk_arenas *= 2;
+    /* Doubling from what was mapped: after a chunk cut short by a limit, the next asks for little more. */
+    pool.next_chunk_arenas =
+        fresh->narenas < CHUNK_ARENAS_MAX ? (size_t)fresh->narenas * 2 : CHUNK_ARENAS_MAX;
     /* Another thread may have mapped one meanwhile: carve from that one first, this one is next. */
     if (!pool.cur) pool.cur = fresh;
     c = pool.cur;
@@ -1063,6 +1124,7 @@ int weft__stack_init(size_t size) {
   atomic_store_explicit(&pool.released, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.trimmed, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.guard_calls, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.refused, 0, memory_order_relaxed);
   atomic_store_explicit(&pool.ready, true, memory_order_relaxed);
   errno = saved;
   return 0;
@@ -1151,7 +1213,10 @@ static int alloc_slow(tls_state *t, stack_slot **out) {
   int saved = errno; /* weft changes errno only where it reports an error through it: nowhere */
   arena *a = carve();
   errno = saved;
-  if (!a) return -ENOMEM;
+  if (!a) {
+    atomic_fetch_add_explicit(&pool.refused, 1, memory_order_relaxed);
+    return -ENOMEM;
+  }
   /* Slot 0 for the caller, the cache filled to half (room left for the stacks that come back), the rest
    * pooled. */
   *out = &a->slots[0];
@@ -1336,6 +1401,8 @@ void weft__stack_get_stats(weft__stack_stats *out) {
   out->released = atomic_load_explicit(&pool.released, memory_order_relaxed);
   out->trimmed = atomic_load_explicit(&pool.trimmed, memory_order_relaxed);
   out->guard_calls = atomic_load_explicit(&pool.guard_calls, memory_order_relaxed);
+  out->refused = atomic_load_explicit(&pool.refused, memory_order_relaxed);
+  out->as_mapped = atomic_load_explicit(&pool.as_mapped, memory_order_relaxed);
 }
 
 #ifdef WEFT_TESTING

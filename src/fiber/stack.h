@@ -131,6 +131,8 @@ typedef struct weft__stack_stats {
   uint64_t cache_hits;   /* allocations served by a thread's cache (registered threads, ever) */
   uint64_t cache_misses; /* allocations that went to the pool or carved an arena */
   size_t stride;         /* address space per stack, guard included */
+  uint64_t refused;      /* allocations refused since init: no pooled stack, and no arena could be carved */
+  size_t as_mapped;      /* address space mapped for stacks now (chunks, guards included) */
 } weft__stack_stats;
 void weft__stack_get_stats(weft__stack_stats *out);
 

@@ -88,7 +88,7 @@ void weft__waiter_init(weft__waiter *w, bool cancellable);
 
 /*
  * Wait until the waiter leaves WAITING or the deadline passes; returns the
- * final state (WOKEN, TIMEDOUT or CANCELED). The caller must have published w
+ * final state (WOKEN, TIMEDOUT or CANCELLED). The caller must have published w
  * (put it on a wait list) before, and must take it off the list after when
  * the result is not WOKEN. deadline: -1 forever, 0 returns TIMEDOUT at once
  * unless already resolved, else absolute CLOCK_MONOTONIC nanoseconds.
