@@ -209,3 +209,52 @@ size_t weft__as_room(void) {
   uint64_t used = v ? (uint64_t)strtoull(v + 7, NULL, 10) * 1024 : 0, lim = rl.rlim_cur;
   return used < lim ? (size_t)(lim - used) : 0;
 }
+
+/* A whole small file into buf (NUL-terminated); the bytes read, or -1. */
+static ssize_t slurp(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = '\0';
+  return n;
+}
+
+static bool read_u64(const char *dir, const char *file, uint64_t *out) {
+  char path[512], buf[64];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path) return false;
+  if (slurp(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return false; /* "max": no limit */
+  *out = strtoull(buf, NULL, 10);
+  return true;
+}
+
+bool weft__mem_limit(uint64_t *limit, uint64_t *usage) {
+  char cg[2048];
+  if (slurp("/proc/self/cgroup", cg, sizeof cg) <= 0) return false;
+  /* v1: "N:memory:/path" (memory may share its line with other controllers); v2: "0::/path". */
+  for (char *line = cg, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) continue;
+    *c2 = '\0';
+    const char *ctrls = c1 + 1, *path = c2 + 1;
+    char dir[1024];
+    bool v2 = *ctrls == '\0';
+    if (!v2) {
+      bool mem = false;
+      for (const char *p = ctrls; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        mem |= strncmp(p, "memory", 6) == 0 && (p[6] == ',' || p[6] == '\0');
+      if (!mem) continue;
+      if ((size_t)snprintf(dir, sizeof dir, "/sys/fs/cgroup/memory%s", path) >= sizeof dir) continue;
+      if (read_u64(dir, "memory.limit_in_bytes", limit) && *limit < ((uint64_t)1 << 62) &&
+          read_u64(dir, "memory.usage_in_bytes", usage))
+        return true;
+    } else {
+      if ((size_t)snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", path) >= sizeof dir) continue;
+      if (read_u64(dir, "memory.max", limit) && read_u64(dir, "memory.current", usage)) return true;
+    }
+  }
+  return false;
+}

@@ -46,6 +46,15 @@ int weft__threads_alive(void);
 size_t weft__as_room(void);
 
 /*
+ * The memory cgroup's limit on the process and its usage now, in bytes
+ * (cgroup v2's memory.max and memory.current, or v1's memory.limit_in_bytes
+ * and memory.usage_in_bytes). True when a limit is set; false when there is
+ * none, no memory controller, or nothing readable. Reads a few files: for
+ * rare decisions.
+ */
+bool weft__mem_limit(uint64_t *limit, uint64_t *usage);
+
+/*
  * What a part of weft does around fork(): prepare runs in the forking
  * thread before the fork (take the locks that the child must find free),
  * parent and child after it, each in its process. Any may be NULL. As with

@@ -627,6 +627,24 @@ static size_t as_room(void) {
 }
 
 /*
+ * Under a memory cgroup's limit (memory.max): how many more stacks may be
+ * carved. A stack's address space costs nothing, but every fiber in flight
+ * commits at least the page its frames and record are on, and the kernel's
+ * OOM killer ends the process, which weft cannot absorb, where a refused
+ * stack is absorbed (fewer fibers in flight). So new stacks stop while the
+ * memory left, less a reserve of a quarter of the limit, would not hold two
+ * pages for each (100,000 elements that each sleep took 54-60 MiB without
+ * this bound, and were killed under 32 MiB). SIZE_MAX without a limit.
+ */
+static size_t mem_room_stacks(void) {
+  uint64_t limit, usage;
+  if (!weft__mem_limit(&limit, &usage)) return SIZE_MAX;
+  uint64_t reserve = limit / 4;
+  if (usage + reserve >= limit) return 0;
+  return (size_t)((limit - usage - reserve) / (2 * page));
+}
+
+/*
  * Map a chunk of at most `narenas` arenas (address space only): fewer when
  * the address-space budget or the kernel refuses that many (halving down to
  * one arena: under RLIMIT_AS the doubling would otherwise give up with a
@@ -638,6 +656,11 @@ static chunk *chunk_map(size_t narenas) {
   size_t room = as_room();
   if (room != SIZE_MAX) {
     if (room / arena_len < narenas) narenas = room / arena_len;
+    if (narenas == 0) return NULL;
+  }
+  size_t fit = mem_room_stacks();
+  if (fit != SIZE_MAX) {
+    if (fit / pool.arena_stacks < narenas) narenas = fit / pool.arena_stacks;
     if (narenas == 0) return NULL;
   }
   char *m;
