@@ -38,6 +38,7 @@
 
 #include "harness.h"
 #include "stress/reliability.h"
+#include "fiber/sched.h"
 
 static atomic_int failures;
 
@@ -758,6 +759,46 @@ static void exec_child(void *arg) {
   _exit(3);
 }
 
+/*
+ * A child forked while another thread holds the runtime's start lock (the
+ * slow path of weft__fibers_start, which every blocking map takes while the
+ * runtime is not running: always, under WEFT_FIBERS=0). The child's first
+ * blocking map must not wait for a lock nobody in it will release: the fork
+ * hook that re-initialises it must be in place before the lock is ever
+ * taken, fibers or not. Before the fix, 1 run of 5 of fork_busy (20 forks
+ * each) under WEFT_FIBERS=0 hung this way; this test makes it certain.
+ */
+static void rt_locked_child(void *arg) {
+  (void)arg;
+  atomic_long sum;
+  atomic_init(&sum, 0);
+  CHILD_CHECK(weft_pmap(50, busy_elem, &sum, &blocking) == 0 && atomic_load(&sum) == 50L * 49 / 2,
+              "a blocking map in a child forked while the start lock was held");
+  weft_shutdown();
+  if (child_fails) _exit(1);
+  rel_ok_exit();
+}
+
+static void test_fork_start_locked(void) {
+  if (!rel_can_fork()) return;
+  if (REL_TSAN) {
+    printf("\n    skipped: ThreadSanitizer does not support threads in a child of a threaded process");
+    return;
+  }
+  weft_shutdown();
+  /* A first blocking map: whatever registration weft does on its first call has happened. */
+  atomic_long sum;
+  atomic_init(&sum, 0);
+  CU_ASSERT_EQUAL(weft_pmap(10, busy_elem, &sum, &blocking), 0);
+  weft_shutdown();
+  pthread_mutex_lock(&weft__rt_state.mu); /* as another thread in weft__fibers_start would hold it */
+  char err[4096], st[64];
+  int s = rel_child(rt_locked_child, NULL, 30, err, sizeof err);
+  pthread_mutex_unlock(&weft__rt_state.mu);
+  if (!rel_child_ok(s, err)) fprintf(stderr, "\n  child: %s:\n%s\n", rel_status(s, st, sizeof st), err);
+  CU_ASSERT(rel_child_ok(s, err));
+}
+
 static void test_fork_exec(void) {
   if (!rel_can_fork()) return;
   memset(fds_before, 0, sizeof fds_before);
@@ -797,6 +838,7 @@ int main(int argc, char **argv) {
       {"eintr", test_eintr},
       {"fork_busy", test_fork_busy},
       {"fork_exec", test_fork_exec},
+      {"fork_start_locked", test_fork_start_locked},
       {NULL, NULL},
   };
   return weft_test_run(argc, argv, "signals", tests);

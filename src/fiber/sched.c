@@ -1357,11 +1357,19 @@ static void exit_wait(int64_t deadline) {
 
 static void atfork_child(void);
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
-/* Once, before the first carrier starts: what a fork and the process's end do to the runtime. */
-static void exit_register(void) {
-  weft__on_exit(exit_begin, exit_wait);
-  weft__on_fork(NULL, NULL, atfork_child);
-}
+/* Once, before the first carrier starts: what the process's end does to the runtime. */
+static void exit_register(void) { weft__on_exit(exit_begin, exit_wait); }
+/*
+ * Once, before rt.mu is first taken: what a fork does to the runtime. Not
+ * with the exit hooks: with fibers switched off (WEFT_FIBERS=0) no carrier
+ * ever starts, yet every blocking map still takes rt.mu in
+ * weft__fibers_start to find that out, and a child forked while another
+ * thread held it inherited it held, with no hook to set it free: its first
+ * blocking map waited for ever (signals/fork_busy under WEFT_FIBERS=0, about
+ * one run in five of twenty forks each).
+ */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { weft__on_fork(NULL, NULL, atfork_child); }
 
 static weft__fiber *find_runnable(weft__carrier *c) {
   for (;;) {
@@ -1677,6 +1685,7 @@ static void stop_carriers_locked(void) {
 
 int weft__fibers_start(const weft__fiber_hooks *h) {
   if (WEFT__LIKELY(atomic_load_explicit(&rt.state, memory_order_acquire) == RT_RUNNING)) return 0;
+  pthread_once(&fork_once, fork_register);
   pthread_mutex_lock(&rt.mu);
   int rc = 0;
   int st = atomic_load(&rt.state);
