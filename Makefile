@@ -131,6 +131,13 @@ bench-compare: release
 	@test -n "$(BASE)" || { echo "usage: make bench-compare BASE=DIR [NEW=DIR] [THRESHOLD=PCT]"; exit 2; }
 	BUILD_DIR=$(BUILD)/release scripts/bench-compare.sh $(BASE) $(or $(NEW),$(RESULTS)) $(THRESHOLD)
 
+# make bench-ci: this commit against its parent, paired (weft-bench pair, three short cases:
+# spawn, gpars math, echo), with the table on stdout and $(BUILD)/bench-ci/report.html; exit 1 on
+# a regression (scripts/bench-ci.sh). The parent is built once in a git worktree under $(BUILD)/.
+.PHONY: bench-ci
+bench-ci: deps
+	BUILD=$(BUILD) JOBS=$(JOBS) scripts/bench-ci.sh
+
 # The HTTP benchmarks against a real nginx and wrk (scripts/bench-net.sh): weft-bench's client
 # against Go's and wrk, weft-bench serve against nginx; the table on stdout, the records in
 # $(RESULTS)/bench-net.jsonl.

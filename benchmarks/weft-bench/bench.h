@@ -38,6 +38,9 @@
  *   cmd_serve.c       weft-bench serve: the HTTP server alone, for wrk (scripts/bench-net.sh)
  *   cmd_compare.c     weft-bench compare; compare_read.c its reader, compare_env.c its environment
  *                     check, junit.c its JUnit XML
+ *   cmd_pair.c        weft-bench pair: BASE and NEW interleaved; pairstats.c its statistics (regress.h)
+ *   cmd_history.c     weft-bench history: history_db.c the SQLite file, changepoint.c E-divisive means
+ *   cmd_report.c      weft-bench report: one self-contained HTML file
  *   bench_cli_test.cmake  the bench_cli CTest
  */
 #ifndef WEFT_BENCH_H
@@ -77,6 +80,9 @@ int wb_cmd_echo(int argc, char **argv);
 int wb_cmd_grain(int argc, char **argv);
 int wb_cmd_compare(int argc, char **argv);
 int wb_cmd_serve(int argc, char **argv);
+int wb_cmd_pair(int argc, char **argv);
+int wb_cmd_history(int argc, char **argv);
+int wb_cmd_report(int argc, char **argv);
 
 /* The program's name as invoked (argv[0]), for messages and the "command" key. */
 extern const char *wb_argv0;
@@ -331,6 +337,17 @@ int wb_child_run(char *const *args, const char *const *set, json_t **rec, int *e
  * object it prints into *rec. The Go baselines run through it.
  */
 int wb_run_json(const char *path, char *const *argv, const char *const *set, json_t **rec, int *exit_code);
+
+/*
+ * What wb_run_json is built on, for a program that prints any number of
+ * lines (pair's BASE and NEW): run path (searched in $PATH when search is
+ * true) with argv and the environment changed by set, and collect its whole
+ * stdout into *text (NUL-ended, malloc'd; *len bytes). Its stderr passes
+ * through. Returns 0 with *exit_code set; a negative errno when it could
+ * not be started (-ENOENT: no such program) or memory ran out.
+ */
+int wb_run_capture(const char *path, char *const *argv, const char *const *set, bool search, char **text,
+                   size_t *len, int *exit_code);
 
 /* The environment a child gets: this process's, with set applied. The caller frees the array and its strings.
  */

@@ -91,13 +91,16 @@ int wb_child_run(char *const *args, const char *const *set, json_t **rec, int *e
   return rc;
 }
 
-int wb_run_json(const char *path, char *const *argv, const char *const *set, json_t **rec, int *exit_code) {
+int wb_run_capture(const char *path, char *const *argv, const char *const *set, bool search, char **text,
+                   size_t *textlen, int *exit_code) {
   char **env = NULL;
   int fds[2] = {-1, -1};
   char *out = NULL;
   size_t len = 0, cap = 0;
   int rc;
   *exit_code = -1;
+  *text = NULL;
+  *textlen = 0;
   if ((rc = wb_child_env(set, &env)) < 0) goto done;
   if (pipe(fds) < 0) {
     rc = -errno;
@@ -111,12 +114,12 @@ int wb_run_json(const char *path, char *const *argv, const char *const *set, jso
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
   pid_t pid;
-  rc = posix_spawn(&pid, path, &fa, NULL, argv, env);
+  rc =
+      search ? posix_spawnp(&pid, path, &fa, NULL, argv, env) : posix_spawn(&pid, path, &fa, NULL, argv, env);
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   fds[1] = -1;
   if (rc != 0) {
-    fprintf(stderr, "weft-bench: cannot start a child run (%s): %s\n", path, strerror(rc));
     rc = -rc;
     goto done;
   }
@@ -141,7 +144,29 @@ int wb_run_json(const char *path, char *const *argv, const char *const *set, jso
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  if (rc < 0) goto done;
+  if (rc == 0 && out) {
+    out[len] = '\0';
+    *text = out;
+    *textlen = len;
+    out = NULL;
+  }
+done:
+  if (fds[0] >= 0) close(fds[0]);
+  if (fds[1] >= 0) close(fds[1]);
+  free(out);
+  wb_free_strv(env);
+  return rc;
+}
+
+int wb_run_json(const char *path, char *const *argv, const char *const *set, json_t **rec, int *exit_code) {
+  char *out;
+  size_t len;
+  int rc = wb_run_capture(path, argv, set, false, &out, &len, exit_code);
+  if (rc < 0) {
+    if (rc != -ENOMEM)
+      fprintf(stderr, "weft-bench: cannot start a child run (%s): %s\n", path, strerror(-rc));
+    return rc;
+  }
 
   /* Exactly one line of JSON: anything else means the child broke, and its stderr said how. */
   while (len && (out[len - 1] == '\n' || out[len - 1] == '\r')) len--;
@@ -155,10 +180,6 @@ int wb_run_json(const char *path, char *const *argv, const char *const *set, jso
             rc == -ENOMEM ? "out of memory" : err);
     rc = -ECHILD;
   }
-done:
-  if (fds[0] >= 0) close(fds[0]);
-  if (fds[1] >= 0) close(fds[1]);
   free(out);
-  wb_free_strv(env);
   return rc;
 }

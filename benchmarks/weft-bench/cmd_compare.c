@@ -94,11 +94,7 @@ static const wb_opt compare_opts[] = {
     {NULL, false, 0},
 };
 
-typedef struct verdict {
-  const char *word;
-  bool regression;
-  double base_med, new_med, change_pct;
-} verdict;
+typedef wb_cmp_verdict verdict;
 
 static void spread(const wb_cmp_entry *e, wb_summary *s) {
   *s = wb_summarize(e->samples, e->n);
@@ -107,7 +103,7 @@ static void spread(const wb_cmp_entry *e, wb_summary *s) {
   if (e->max > s->max) s->max = e->max;
 }
 
-static verdict judge(const wb_cmp_entry *base, const wb_cmp_entry *neu, double threshold) {
+verdict wb_cmp_judge(const wb_cmp_entry *base, const wb_cmp_entry *neu, double threshold) {
   verdict v = {"same", false, NAN, NAN, NAN};
   if (base && base->n) v.base_med = wb_summarize(base->samples, base->n).median;
   if (neu && neu->n) v.new_med = wb_summarize(neu->samples, neu->n).median;
@@ -145,7 +141,7 @@ typedef struct metric_verdict {
 } metric_verdict;
 
 /*
- * Judge figure m of a matched measurement as judge() judges the time: past
+ * Judge figure m of a matched measurement as wb_cmp_judge() judges the time: past
  * the threshold with the samples apart is a change, with them overlapping
  * noise. False when either side lacks the figure.
  */
@@ -492,7 +488,7 @@ int wb_cmd_compare(int argc, char **argv) {
   size_t regressions = 0, compared = 0;
   for (size_t i = 0; i < npairs; i++) {
     wb_cmp_entry *b = ps[i].b, *n = ps[i].n;
-    verdict v = judge(b, n, o.threshold);
+    verdict v = wb_cmp_judge(b, n, o.threshold);
     regressions += v.regression;
     compared += b && n;
     cases[ncases++] = verdict_case(b, n, &v, o.threshold);

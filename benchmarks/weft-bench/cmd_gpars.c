@@ -58,6 +58,10 @@ static const char gpars_help[] =
     "  --threads P    threads of the pool-per-call backend (default: cores)\n"
     "  --seed S       seed of the inputs (default 42)\n"
     "  --url URL      http case: GET this http:// URL instead of the loopback server\n"
+    "  --work-scale F each call maps over round(F x N) elements (more inputs of the\n"
+    "                 same kind; default 1): a build made F times slower, for\n"
+    "                 testing regression checks such as weft-bench pair; the record\n"
+    "                 keeps N as its items, so that it matches F = 1 runs\n"
     "  --repeat R     R repetitions, backends interleaved; min, median and max\n"
     "  --json         one JSON object per backend (JSON Lines) on stdout\n"
     "  --help         this text\n"
@@ -173,12 +177,16 @@ static const wb_choice gpars_backends[] = {
 /* The command                                                               */
 /* ------------------------------------------------------------------------ */
 
-enum { OPT_CASE = 1, OPT_LOOPS, OPT_SIZE, OPT_THREADS, OPT_SEED, OPT_URL };
+enum { OPT_CASE = 1, OPT_LOOPS, OPT_SIZE, OPT_THREADS, OPT_SEED, OPT_URL, OPT_WORK_SCALE };
 
 static const wb_opt gpars_opts[] = {
-    {"case", true, OPT_CASE}, {"loops", true, OPT_LOOPS},
-    {"size", true, OPT_SIZE}, {"threads", true, OPT_THREADS},
-    {"seed", true, OPT_SEED}, {"url", true, OPT_URL},
+    {"case", true, OPT_CASE},
+    {"loops", true, OPT_LOOPS},
+    {"size", true, OPT_SIZE},
+    {"threads", true, OPT_THREADS},
+    {"seed", true, OPT_SEED},
+    {"url", true, OPT_URL},
+    {"work-scale", true, OPT_WORK_SCALE},
     {NULL, false, 0},
 };
 
@@ -187,8 +195,9 @@ static const gpars_case *const cases[] = {&wb_gpars_math, &wb_gpars_files, &wb_g
 typedef struct gpars_cmd {
   const char *case_name, *url;
   int64_t loops, size, seed, threads;
+  double work_scale; /* --work-scale: the map runs over work_items, the record says items */
   const gpars_case *gc;
-  size_t items;
+  size_t items, work_items;
   void *ctx; /* the case's, from its setup */
 } gpars_cmd;
 
@@ -214,6 +223,9 @@ static int gpars_option(wb_driver *d, int id, const char *arg) {
   case OPT_URL:
     c->url = arg;
     break;
+  case OPT_WORK_SCALE:
+    ok = wb_parse_double("gpars", "work-scale", arg, 0.01, 100, &c->work_scale);
+    break;
   }
   return ok ? 0 : WB_EXIT_USAGE;
 }
@@ -226,6 +238,11 @@ static int gpars_prepare(wb_driver *d) {
   if (c->url && c->gc != &wb_gpars_http) return wb_usage_error("gpars", "--url is for --case http");
   if (c->url) wb_gpars_http_set_url(c->url);
   c->items = c->size ? (size_t)c->size : c->gc->default_items;
+  /* The extra elements are more inputs of the same kind (the case's setup makes them from the same seed). */
+  double w = round((double)c->items * c->work_scale);
+  c->work_items = w < 1 ? 1 : (size_t)w;
+  if (c->work_items > MAX_ITEMS)
+    return wb_usage_error("gpars", "--work-scale: more than %d elements", MAX_ITEMS);
   if (!c->threads) c->threads = wb_cores();
   return 0;
 }
@@ -245,13 +262,17 @@ static int gpars_args(wb_driver *d, wb_args *a) {
     wb_args_add(a, "--url");
     wb_args_add(a, c->url);
   }
+  if (c->work_scale != 1) {
+    wb_args_add(a, "--work-scale");
+    wb_args_addf(a, "%g", c->work_scale);
+  }
   return 0;
 }
 
 static int gpars_setup(wb_driver *d) {
   gpars_cmd *c = d->ctx;
   char err[512] = "";
-  int rc = c->gc->setup(&c->ctx, c->items, (uint64_t)c->seed, err, sizeof err);
+  int rc = c->gc->setup(&c->ctx, c->work_items, (uint64_t)c->seed, err, sizeof err);
   if (rc == -ENOSYS) {
     fprintf(stderr, "weft-bench gpars: %s\n", err);
     return WB_EXIT_UNAVAILABLE;
@@ -281,7 +302,7 @@ static int gpars_run(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   c->gc->reset(c->ctx);
   int64_t t0 = wb_now_ns();
   for (int64_t l = 0; l < loops; l++) {
-    int rc = map(c->items, c->gc->element, c->ctx, (unsigned)c->threads);
+    int rc = map(c->work_items, c->gc->element, c->ctx, (unsigned)c->threads);
     if (rc != 0) {
       char what[64];
       snprintf(what, sizeof what, phase == WB_WARMUP ? "the call" : "call %lld", (long long)l + 1);
@@ -310,6 +331,7 @@ static int gpars_record(wb_driver *d, const wb_run *r, json_t *rec) {
   if (rc == 0) rc = wb_json_set_int(rec, "loops", c->loops);
   if (rc == 0) rc = wb_json_set_int(rec, "items", (int64_t)c->items);
   if (rc == 0) rc = wb_json_set_int(rec, "seed", c->seed);
+  if (rc == 0 && c->work_scale != 1) rc = wb_json_set_num(rec, "work_scale", c->work_scale);
   if (rc == 0 && r->id == B_POOL) rc = wb_json_set_int(rec, "pool_threads", c->threads);
   if (rc == 0) rc = wb_json_set_int(rec, "warmup_calls", 1);
   if (rc == 0 && r->n) {
@@ -387,6 +409,6 @@ static const wb_command gpars_command = {
 };
 
 int wb_cmd_gpars(int argc, char **argv) {
-  gpars_cmd c = {.case_name = "math", .loops = 5000, .seed = DEFAULT_SEED};
+  gpars_cmd c = {.case_name = "math", .loops = 5000, .seed = DEFAULT_SEED, .work_scale = 1};
   return wb_drive(&gpars_command, &c, argc, argv);
 }

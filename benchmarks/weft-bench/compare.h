@@ -30,6 +30,7 @@ typedef struct wb_cmp_entry {
   char *key;       /* the key fields' text joined by '\x1f': equal keys, same measurement */
   char *label;     /* "sleep weft jobs=8 sleep_ms=20" for the table */
   char *classname; /* "weft-bench.BENCH": the JUnit classname */
+  char *command;   /* the first record's "command" (the line that repeats it), or NULL */
   json_t *fp;      /* the first record's environment fingerprint (compare_env.c) */
   double *samples;
   size_t n;
@@ -53,6 +54,35 @@ typedef struct wb_cmp_entries {
 int wb_cmp_read(const char *path, wb_cmp_entries *es);
 void wb_cmp_entries_free(wb_cmp_entries *es);
 
+/*
+ * The pieces of wb_cmp_read, for the commands that read records from
+ * elsewhere (pair: a child's stdout; history: one record at a time). cmd
+ * names the command in messages ("weft-bench CMD: ...").
+ *
+ * wb_cmp_slurp: the whole file into *text (malloc'd; the caller frees it).
+ * wb_cmp_read_text: the records of text[0..len) into es, name standing for
+ *   the file in messages; 0 or WB_EXIT_USAGE after a message.
+ * wb_cmp_add_record: validate one record and pool it into es (a new entry
+ *   or the one of its measurement); 0, -EINVAL with why filled, -ENOMEM.
+ */
+int wb_cmp_slurp(const char *cmd, const char *path, char **text, size_t *len);
+int wb_cmp_read_text(const char *cmd, const char *name, const char *text, size_t len, wb_cmp_entries *es);
+int wb_cmp_add_record(wb_cmp_entries *es, const json_t *rec, char *why, size_t whylen);
+
+/* ------------------------------------------------------------------------ */
+/* Verdicts (cmd_compare.c)                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A measurement's verdict: compare's words, also used by the report against a base file. */
+typedef struct wb_cmp_verdict {
+  const char *word; /* same, faster, noise, SLOWER, FAILED, failed-both, fixed, only-base, only-new */
+  bool regression;  /* SLOWER or FAILED: exit code 1 */
+  double base_med, new_med, change_pct;
+} wb_cmp_verdict;
+
+/* compare's verdict on one measurement (either side may be NULL) at threshold percent. */
+wb_cmp_verdict wb_cmp_judge(const wb_cmp_entry *base, const wb_cmp_entry *neu, double threshold);
+
 /* ------------------------------------------------------------------------ */
 /* The environment check (compare_env.c)                                    */
 /* ------------------------------------------------------------------------ */
@@ -64,6 +94,13 @@ void wb_cmp_entries_free(wb_cmp_entries *es);
  * of rec (decref it), or NULL when out of memory.
  */
 json_t *wb_env_fingerprint(const json_t *rec);
+
+/*
+ * A fingerprint as one canonical text (compact JSON, sorted keys) without
+ * weft's version and commit: equal texts, the same environment. The
+ * history keys its series by it. malloc'd; NULL when out of memory.
+ */
+char *wb_env_fingerprint_text(const json_t *fp);
 
 /* One field that differs between the two sides. */
 typedef struct wb_env_diff {

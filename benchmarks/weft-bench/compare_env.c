@@ -47,6 +47,16 @@ json_t *wb_env_fingerprint(const json_t *rec) {
   return fp;
 }
 
+char *wb_env_fingerprint_text(const json_t *fp) {
+  json_t *c = json_deep_copy(fp);
+  if (!c) return NULL;
+  json_object_del(c, "weft_version");
+  json_object_del(c, "git_commit");
+  char *t = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+  json_decref(c);
+  return t;
+}
+
 static char *text_of(const json_t *v) {
   if (!v) return strdup("(not set)");
   return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);

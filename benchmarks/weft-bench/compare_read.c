@@ -30,6 +30,7 @@ void wb_cmp_entries_free(wb_cmp_entries *es) {
     free(es->v[i].key);
     free(es->v[i].label);
     free(es->v[i].classname);
+    free(es->v[i].command);
     json_decref(es->v[i].fp);
     free(es->v[i].samples);
     for (size_t m = 0; m < WB_CMP_NMETRICS; m++) free(es->v[i].m[m].v);
@@ -99,8 +100,7 @@ static int make_key(const json_t *rec, char **key, char **label) {
   return 0;
 }
 
-/* Validate one record and add it to es. Returns 0, -EINVAL with why filled, or -ENOMEM. */
-static int add_record(wb_cmp_entries *es, const json_t *rec, char *why, size_t whylen) {
+int wb_cmp_add_record(wb_cmp_entries *es, const json_t *rec, char *why, size_t whylen) {
   double schema;
   if (wb_json_get_num(rec, "schema", &schema) && schema != WB_SCHEMA) {
     snprintf(why, whylen, "schema %g, but this weft-bench reads schema %d", schema, WB_SCHEMA);
@@ -186,6 +186,8 @@ static int add_record(wb_cmp_entries *es, const json_t *rec, char *why, size_t w
     e->classname = cls.s;
     e->fp = wb_env_fingerprint(rec);
     if (!e->classname || !e->fp) return -ENOMEM;
+    const char *command = wb_json_get_str(rec, "command");
+    if (command && !(e->command = strdup(command))) return -ENOMEM;
     e->min = INFINITY;
     e->max = -INFINITY;
     e->per_op = per_op;
@@ -213,11 +215,10 @@ static int add_record(wb_cmp_entries *es, const json_t *rec, char *why, size_t w
   return 0;
 }
 
-/* Read a JSON Lines file into es. Returns 0, or WB_EXIT_USAGE after a message naming file:line. */
-int wb_cmp_read(const char *path, wb_cmp_entries *es) {
+int wb_cmp_slurp(const char *cmd, const char *path, char **text_out, size_t *len_out) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    fprintf(stderr, "weft-bench compare: cannot open %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "weft-bench %s: cannot open %s: %s\n", cmd, path, strerror(errno));
     return WB_EXIT_USAGE;
   }
   char *text = NULL;
@@ -229,7 +230,7 @@ int wb_cmp_read(const char *path, wb_cmp_entries *es) {
       if (!p) {
         free(text);
         fclose(f);
-        fprintf(stderr, "weft-bench compare: %s: out of memory\n", path);
+        fprintf(stderr, "weft-bench %s: %s: out of memory\n", cmd, path);
         return WB_EXIT_USAGE;
       }
       text = p;
@@ -242,9 +243,15 @@ int wb_cmp_read(const char *path, wb_cmp_entries *es) {
   fclose(f);
   if (ioerr) {
     free(text);
-    fprintf(stderr, "weft-bench compare: cannot read %s\n", path);
+    fprintf(stderr, "weft-bench %s: cannot read %s\n", cmd, path);
     return WB_EXIT_USAGE;
   }
+  *text_out = text;
+  *len_out = len;
+  return 0;
+}
+
+int wb_cmp_read_text(const char *cmd, const char *name, const char *text, size_t len, wb_cmp_entries *es) {
   int result = 0;
   size_t lineno = 0, records = 0;
   for (size_t pos = 0; pos < len && result == 0;) {
@@ -259,11 +266,11 @@ int wb_cmp_read(const char *path, wb_cmp_entries *es) {
       char err[256], why[256];
       int rc = wb_json_parse(text + a, b - a, &rec, err, sizeof err);
       if (rc < 0) {
-        fprintf(stderr, "weft-bench compare: %s:%zu: %s\n", path, lineno,
+        fprintf(stderr, "weft-bench %s: %s:%zu: %s\n", cmd, name, lineno,
                 rc == -ENOMEM ? "out of memory" : err);
         result = WB_EXIT_USAGE;
-      } else if ((rc = add_record(es, rec, why, sizeof why)) < 0) {
-        fprintf(stderr, "weft-bench compare: %s:%zu: %s\n", path, lineno,
+      } else if ((rc = wb_cmp_add_record(es, rec, why, sizeof why)) < 0) {
+        fprintf(stderr, "weft-bench %s: %s:%zu: %s\n", cmd, name, lineno,
                 rc == -ENOMEM ? "out of memory" : why);
         result = WB_EXIT_USAGE;
       } else {
@@ -273,10 +280,20 @@ int wb_cmp_read(const char *path, wb_cmp_entries *es) {
     }
     pos = end + 1;
   }
-  free(text);
   if (result == 0 && records == 0) {
-    fprintf(stderr, "weft-bench compare: %s holds no records\n", path);
+    fprintf(stderr, "weft-bench %s: %s holds no records\n", cmd, name);
     result = WB_EXIT_USAGE;
   }
   return result;
+}
+
+/* Read a JSON Lines file into es. Returns 0, or WB_EXIT_USAGE after a message naming file:line. */
+int wb_cmp_read(const char *path, wb_cmp_entries *es) {
+  char *text;
+  size_t len;
+  int rc = wb_cmp_slurp("compare", path, &text, &len);
+  if (rc != 0) return rc;
+  rc = wb_cmp_read_text("compare", path, text, len, es);
+  free(text);
+  return rc;
 }

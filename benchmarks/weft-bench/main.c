@@ -38,25 +38,31 @@ static const char main_help[] =
     "              per task; each one's minimum effective task granularity (METG)\n"
     "  compare     compare two --json results files; exit 1 on a regression, 4 when\n"
     "              they were measured in different environments\n"
+    "  pair        run two builds interleaved (ABBA) and judge their paired ratios:\n"
+    "              a regression check that holds on a noisy machine\n"
+    "  history     a history of results per commit in SQLite, and its change points\n"
+    "  report      one self-contained HTML report: samples, history, verdicts\n"
     "\n"
     "Every measuring command takes --json (JSON Lines on stdout, with machine and\n"
     "build metadata and the command line that repeats the run) and --repeat R\n"
     "(min, median and max; backends interleaved). `weft-bench COMMAND --help`\n"
     "documents each command; docs/weft-bench.md is the manual.\n"
     "\n"
-    "Exit codes: 0 ok, 1 a run failed or compare found a regression, 2 usage or\n"
-    "bad input, 3 not available in this build, 4 compare: unlike environments.\n";
+    "Exit codes: 0 ok, 1 a run failed or compare (pair) found a regression, 2 usage\n"
+    "or bad input, 3 not available in this build, 4 compare, pair: unlike\n"
+    "environments.\n";
 
 static const struct {
   const char *name;
   int (*run)(int, char **);
   bool uses_weft; /* shut weft's runtime down afterwards */
 } commands[] = {
-    {"sleep", wb_cmd_sleep, true},  {"embroidery", wb_cmd_embroidery, false},
-    {"gpars", wb_cmd_gpars, true},  {"spawn", wb_cmd_spawn, true},
-    {"http", wb_cmd_http, true},    {"echo", wb_cmd_echo, true},
-    {"grain", wb_cmd_grain, true},  {"compare", wb_cmd_compare, false},
-    {"serve", wb_cmd_serve, false},
+    {"sleep", wb_cmd_sleep, true},      {"embroidery", wb_cmd_embroidery, false},
+    {"gpars", wb_cmd_gpars, true},      {"spawn", wb_cmd_spawn, true},
+    {"http", wb_cmd_http, true},        {"echo", wb_cmd_echo, true},
+    {"grain", wb_cmd_grain, true},      {"compare", wb_cmd_compare, false},
+    {"serve", wb_cmd_serve, false},     {"pair", wb_cmd_pair, false},
+    {"history", wb_cmd_history, false}, {"report", wb_cmd_report, false},
 };
 
 int main(int argc, char **argv) {
