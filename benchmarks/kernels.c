@@ -34,4 +34,15 @@ uint64_t weft_kernel_spin(uint64_t iters, uint64_t seed) {
   return x | 1;
 }
 
+double weft_kernel_dot(const double *x, const double *y, size_t lo, size_t hi) {
+  double s = 0.0;
+  for (size_t i = lo; i < hi; i++) s += x[i] * y[i];
+  return s;
+}
+
+void weft_kernel_waxpby(double alpha, const double *x, double beta, const double *y, double *w, size_t lo,
+                        size_t hi) {
+  for (size_t i = lo; i < hi; i++) w[i] = alpha * x[i] + beta * y[i];
+}
+
 void weft_kernel_sink(const void *p) { __asm__ __volatile__("" : : "r"(p) : "memory"); }

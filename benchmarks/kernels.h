@@ -31,6 +31,13 @@ void weft_kernel_math_input(int64_t *in, size_t n, uint64_t seed);
  */
 uint64_t weft_kernel_spin(uint64_t iters, uint64_t seed);
 
+/* The dot product of x and y over [lo, hi), summed in index order (bm_reduce). */
+double weft_kernel_dot(const double *x, const double *y, size_t lo, size_t hi);
+
+/* w[i] = alpha x[i] + beta y[i] for i in [lo, hi): HPCCG's waxpby (bm_reduce). */
+void weft_kernel_waxpby(double alpha, const double *x, double beta, const double *y, double *w, size_t lo,
+                        size_t hi);
+
 /* Keep the compiler from deleting a computation whose result is unused. */
 void weft_kernel_sink(const void *p);
 

@@ -2,7 +2,8 @@
 !
 ! Fortran 2018 bindings (iso_c_binding) to include/weft.h, and to
 ! include/weft_mpi.h's weft_mpi_pmap when weft is built with MPI: the kinds,
-! weft_pmap_opts, weft_pmap, the futures, sleeping and the clock. Each name
+! weft_pmap_opts, weft_pmap, weft_pmap_range and weft_reduce (and their
+! weft_mpi_ forms), the futures, sleeping and the clock. Each name
 ! is the C call's, with the C contract (weft.h says what each does, which
 ! errors it returns, which contexts may call it); this file only says how
 ! the arguments look from Fortran:
@@ -84,6 +85,29 @@ module weft
       integer(c_size_t), value :: i
     end function weft_index_fn
 
+    !> weft_range_fn: one sub-range [lo, hi) of weft_pmap_range; return 0, or nonzero as an error.
+    integer(c_int) function weft_range_fn(ctx, lo, hi) bind(c)
+      import :: c_int, c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: lo, hi
+    end function weft_range_fn
+
+    !> weft_reduce_fn: fold [lo, hi) into acc (a copy of the identity; size bytes).
+    subroutine weft_reduce_fn(ctx, lo, hi, acc) bind(c)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: lo, hi
+      type(c_ptr), value :: acc
+    end subroutine weft_reduce_fn
+
+    !> weft_combine_fn: acc = acc (+) other, other covering the indices right after acc's.
+    subroutine weft_combine_fn(ctx, acc, other) bind(c)
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: acc
+      type(c_ptr), value :: other
+    end subroutine weft_combine_fn
+
     !> weft_task_fn: a future's function; its result is what weft_future_get returns.
     type(c_ptr) function weft_task_fn(arg) bind(c)
       import :: c_ptr
@@ -100,7 +124,7 @@ module weft
     end function weft_mpi_fn
 #endif
   end interface
-  public :: weft_index_fn, weft_task_fn
+  public :: weft_index_fn, weft_task_fn, weft_range_fn, weft_reduce_fn, weft_combine_fn
 #ifdef WEFT_HAVE_MPI
   public :: weft_mpi_fn
 #endif
@@ -122,6 +146,35 @@ module weft
   end interface weft_pmap
   public :: weft_pmap
 
+  !> WEFT_REDUCE_LEAVES, WEFT_REDUCE_GRAIN_MIN: weft_reduce's automatic grain (weft.h).
+  integer(c_size_t), parameter, public :: WEFT_REDUCE_LEAVES = 1024_c_size_t
+  integer(c_size_t), parameter, public :: WEFT_REDUCE_GRAIN_MIN = 1024_c_size_t
+
+  interface
+    !> rc = weft_pmap_range(n, fn, ctx [, opts]): fn(ctx, lo, hi) on sub-ranges covering [0, n) once.
+    integer(c_int) function weft_pmap_range(n, fn, ctx, opts) bind(c, name="weft_pmap_range")
+      import :: c_int, c_size_t, c_ptr, weft_range_fn, weft_pmap_opts
+      integer(c_size_t), value :: n
+      procedure(weft_range_fn) :: fn
+      type(c_ptr), value :: ctx
+      type(weft_pmap_opts), intent(in), optional :: opts
+    end function weft_pmap_range
+
+    !> rc = weft_reduce(n, fn, combine, ctx, identity, result, size [, opts]): deterministic reduction.
+    integer(c_int) function weft_reduce(n, fn, combine, ctx, identity, result, size, opts) bind(c, name="weft_reduce")
+      import :: c_int, c_size_t, c_ptr, weft_reduce_fn, weft_combine_fn, weft_pmap_opts
+      integer(c_size_t), value :: n
+      procedure(weft_reduce_fn) :: fn
+      procedure(weft_combine_fn) :: combine
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: identity
+      type(c_ptr), value :: result
+      integer(c_size_t), value :: size
+      type(weft_pmap_opts), intent(in), optional :: opts
+    end function weft_reduce
+  end interface
+  public :: weft_pmap_range, weft_reduce
+
 #ifdef WEFT_HAVE_MPI
   !> rc = weft_mpi_pmap(comm, n, elem_size, fn, ctx, results [, opts]): collective over comm.
   interface
@@ -137,6 +190,34 @@ module weft
     end function weft_mpi_pmap
   end interface
   public :: weft_mpi_pmap
+
+  interface
+    !> rc = weft_mpi_pmap_range(comm, n, fn, ctx [, opts]): collective; fn sees global indices.
+    integer(c_int) function weft_mpi_pmap_range(comm, n, fn, ctx, opts) bind(c, name="weft_mpi_pmap_range_f")
+      import :: c_int, c_size_t, c_ptr, weft_range_fn, weft_mpi_pmap_opts
+      integer(c_int), value :: comm ! MPI_Fint
+      integer(c_size_t), value :: n
+      procedure(weft_range_fn) :: fn
+      type(c_ptr), value :: ctx
+      type(weft_mpi_pmap_opts), intent(in), optional :: opts
+    end function weft_mpi_pmap_range
+
+    !> rc = weft_mpi_reduce(comm, n, fn, combine, ctx, identity, result, size [, opts]): collective, deterministic.
+    integer(c_int) function weft_mpi_reduce(comm, n, fn, combine, ctx, identity, result, size, opts) &
+        bind(c, name="weft_mpi_reduce_f")
+      import :: c_int, c_size_t, c_ptr, weft_reduce_fn, weft_combine_fn, weft_mpi_pmap_opts
+      integer(c_int), value :: comm ! MPI_Fint
+      integer(c_size_t), value :: n
+      procedure(weft_reduce_fn) :: fn
+      procedure(weft_combine_fn) :: combine
+      type(c_ptr), value :: ctx
+      type(c_ptr), value :: identity
+      type(c_ptr), value :: result
+      integer(c_size_t), value :: size
+      type(weft_mpi_pmap_opts), intent(in), optional :: opts
+    end function weft_mpi_reduce
+  end interface
+  public :: weft_mpi_pmap_range, weft_mpi_reduce
 #endif
 
   ! ------------------------------------------------------------------------

@@ -29,6 +29,17 @@
  *  - "Contexts" in each comment name who may call: a plain thread (any thread
  *    that is not running a fiber, the main thread included), a fiber, an
  *    OpenMP task or parallel region (of the program's own or weft's).
+ *  - When a resource runs out (memory, address space under RLIMIT_AS or a
+ *    memory cgroup's limit, descriptors, threads), work is never lost: a
+ *    call that allocates returns -ENOMEM before anything runs (a map's
+ *    bookkeeping, a future's record, a channel, a scope, a local value);
+ *    work that has started goes on with less (a blocking map with fewer
+ *    elements in flight, a refused fiber's future on the CPU path, fewer
+ *    carriers, a pinned carrier left uncompensated, an offloaded call run on
+ *    its carrier, a timer kept off the heap); a call that needs a descriptor
+ *    returns the system's error (-EMFILE, -ENFILE). weft_pmap and
+ *    weft_future_start say what they do in detail; docs/reliability.md has
+ *    the table of every resource and the test that shows it.
  *
  * Fibers do not move between carriers once they have started, so errno and
  * thread-local variables stay those of one OS thread for a fiber's whole life
@@ -167,6 +178,107 @@ typedef int (*weft_index_fn)(void *ctx, size_t i);
  * caller's: weft keeps no reference once the call returns.
  */
 WEFT_EXTERN int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Ranges and deterministic reductions                                       */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One sub-range of weft_pmap_range: handle every index of [lo, hi) (lo < hi)
+ * and return 0, or any nonzero value as an error. The loop is fn's own, so
+ * the compiler can inline and vectorise its body.
+ */
+typedef int (*weft_range_fn)(void *ctx, size_t lo, size_t hi);
+
+/*
+ * weft_pmap_range: call fn(ctx, lo, hi) on disjoint sub-ranges that cover
+ * [0, n) exactly once, in parallel, and return when every call has
+ * returned. For elements of a few nanoseconds, where weft_pmap's call per
+ * index costs as much as the element.
+ *
+ * The sub-ranges: with opts->grain set, the CPU kind cuts [0, n) into
+ * sub-ranges of exactly grain indices (the last one shorter), each one call;
+ * with the automatic grain (0) they are whatever the workers claim: the
+ * whole range in one call when the cost model (see weft_pmap) runs the map
+ * on the caller (after, on a site's first calls, a few short sub-ranges that
+ * it times), else halves of each worker's share, shrinking as the workers
+ * meet. fn must not depend on where the cuts fall. WEFT_BLOCKING: one fiber
+ * per sub-range in flight (at most max_parallel), each sub-range grain
+ * indices (automatic: 1, as weft_pmap's fibers).
+ *
+ * Returns 0 when every call returned 0; otherwise the value returned by the
+ * call with the LOWEST lo among those that returned nonzero (every
+ * sub-range still runs; a nonzero return says nothing of the indices of
+ * its sub-range). weft's own errors, nothing run: -EINVAL when fn is NULL
+ * or opts is invalid as for weft_pmap; the others of weft_pmap (-ENOMEM,
+ * -ESHUTDOWN) where its BLOCKING kind would return them. n = 0 returns 0
+ * and calls nothing. The CPU kind allocates nothing (n = SIZE_MAX is
+ * valid).
+ *
+ * Contexts: as weft_pmap (any: plain thread, fiber, OpenMP task or region,
+ * an element of another map; in a child after fork()). fn and ctx stay the
+ * caller's: weft keeps no reference once the call returns.
+ */
+WEFT_EXTERN int weft_pmap_range(size_t n, weft_range_fn fn, void *ctx, const weft_pmap_opts *opts);
+
+/*
+ * One leaf of weft_reduce: fold every index of [lo, hi) (lo < hi) into acc,
+ * which holds a copy of the identity when the call starts (size bytes):
+ * weft_reduce's result itself when the whole range is one leaf, else a copy
+ * of weft's, aligned for any type and on a cache line of its own.
+ */
+typedef void (*weft_reduce_fn)(void *ctx, size_t lo, size_t hi, void *acc);
+
+/* Combine two partial results: acc = acc (+) other, where other covers the indices right after acc's. */
+typedef void (*weft_combine_fn)(void *ctx, void *acc, const void *other);
+
+/*
+ * weft_reduce's automatic grain: leaves of at most ceil(n / WEFT_REDUCE_LEAVES)
+ * indices, never below WEFT_REDUCE_GRAIN_MIN.
+ */
+#define WEFT_REDUCE_LEAVES    1024
+#define WEFT_REDUCE_GRAIN_MIN 1024
+
+/*
+ * weft_reduce: a deterministic parallel reduction of [0, n). The range is
+ * split in halves, [lo, mid) and [mid, hi) with mid = lo + (hi - lo) / 2,
+ * until a part has at most g indices: each such leaf is folded by
+ * fn(ctx, lo, hi, acc) into its own copy of identity (size bytes), and the
+ * two halves of every split are combined, combine(ctx, left, right), the
+ * left one receiving the result, up to the whole range, whose result is
+ * copied to result. g is opts->grain, or with the automatic grain (0)
+ * max(WEFT_REDUCE_GRAIN_MIN, ceil(n / WEFT_REDUCE_LEAVES)): at most about
+ * 2048 leaves, and a range of up to 1024 indices is a single leaf folded on
+ * the caller with no copy and no combination (on a fiber, the CPU kind's
+ * leaf goes to weft's team as any CPU map does). Elements that cost
+ * microseconds each want a smaller grain (the automatic one is for
+ * elements of nanoseconds).
+ *
+ * DETERMINISTIC: the tree of leaves and combinations depends only on n and
+ * g, never on timing, the number of threads or where the work runs, so a
+ * floating-point sum is bitwise the same in every run and at every thread
+ * count (an OpenMP reduction's order is unspecified; TBB's parallel_reduce
+ * is not deterministic). Whole subtrees run in parallel, on the CPU path
+ * as weft_pmap's CPU kind (the cost model decides how many workers) or, with
+ * WEFT_BLOCKING, on fibers; the subtrees' results are combined on the
+ * caller.
+ *
+ * Returns 0 with *result written; or, with nothing run and result left
+ * alone: -EINVAL when fn, combine, identity or result is NULL, size is 0
+ * or above PTRDIFF_MAX, or opts is invalid as for weft_pmap; -ENOMEM when
+ * the partial results cannot be allocated (a few cache lines per subtree
+ * run in parallel; none for a single leaf); with WEFT_BLOCKING, the errors
+ * of weft_pmap's fibers (-ENOMEM, -ESHUTDOWN) when none could start (result
+ * then left alone too). n = 0 copies identity to result and returns 0; any n
+ * up to SIZE_MAX is valid. identity and result must not overlap.
+ *
+ * Contexts: as weft_pmap. fn and combine may run on any thread (or fiber)
+ * and at the same time as each other, on different partial results.
+ * ctx, identity and result stay the caller's: weft keeps no reference once
+ * the call returns.
+ */
+WEFT_EXTERN int weft_reduce(size_t n, weft_reduce_fn fn, weft_combine_fn combine, void *ctx,
+                            const void *identity, void *result, size_t size, const weft_pmap_opts *opts);
 
 /* ------------------------------------------------------------------------ */
 /* Futures                                                                   */

@@ -126,8 +126,12 @@ typedef struct weft_mpi_pmap_opts {
  * running one weft_pmap per chunk. With chunk 0 a claim starts at one index
  * per worker of the local map (OMP_NUM_THREADS; for WEFT_BLOCKING,
  * max_parallel) and grows, at most twofold, until one takes about 1 ms,
- * never taking more than half of what is left of the block; a WEFT_BLOCKING
- * map without max_parallel takes half of what is left each time. No rank
+ * never taking more than half of what is left of the rank's own block, or
+ * 1 / (2 size) of what is left of another rank's (factoring: the chunks
+ * decrease, so that the last blocks are shared out among all the ranks in
+ * small pieces); on each other rank's block it starts again from one index
+ * per worker (its elements may cost more). A WEFT_BLOCKING map without
+ * max_parallel takes half of what is left each time. No rank
  * serves everyone's claims: most are on the claimer's own counter, the rest
  * spread over the ranks still busy. Each call creates its window (a
  * collective MPI_Win_allocate) and first checks that the MPI library's
@@ -177,6 +181,65 @@ WEFT_EXTERN int weft_mpi_pmap(MPI_Comm comm, size_t n, size_t elem_size, weft_mp
  */
 WEFT_EXTERN int weft_mpi_pmap_f(MPI_Fint comm, size_t n, size_t elem_size, weft_mpi_fn fn, void *ctx,
                                 void *results, const weft_mpi_pmap_opts *opts);
+
+/*
+ * weft_mpi_pmap_range: weft_pmap_range across the ranks of comm. Call
+ * fn(ctx, lo, hi) on disjoint sub-ranges of GLOBAL indices that cover
+ * [0, n) exactly once over all the ranks; each rank runs its share (STATIC:
+ * its block; DYNAMIC: the chunks it claims, as weft_mpi_pmap does) through
+ * its own weft_pmap_range with opts->local, so a sub-range never crosses a
+ * block or chunk boundary. Nothing is gathered: fn writes wherever its
+ * results go (each rank's own memory). A collective call, with the rules of
+ * weft_mpi_pmap (same n and options on every rank, elem_size 0, no root:
+ * opts->root is checked and agreed but unused).
+ *
+ * Returns the same value on every rank: 0 when every call returned 0; else
+ * the value returned by the call with the LOWEST lo among those that
+ * returned nonzero, on whatever rank it ran; or weft's own errors as
+ * weft_mpi_pmap's (-EINVAL when fn is NULL on any rank, nothing run).
+ * Contexts: as weft_mpi_pmap. fn and ctx stay the caller's.
+ */
+WEFT_EXTERN int weft_mpi_pmap_range(MPI_Comm comm, size_t n, weft_range_fn fn, void *ctx,
+                                    const weft_mpi_pmap_opts *opts);
+
+/*
+ * weft_mpi_reduce: weft_reduce across the ranks of comm, deterministic.
+ * Rank r folds its STATIC block of GLOBAL indices (the r-th of P
+ * contiguous blocks, sizes differing by at most one) with weft_reduce and
+ * opts->local (its grain is the leaves' size, within each block), then the
+ * P partial results are combined over the ranks by weft_reduce's rule (the
+ * ranks [lo, hi) split at lo + (hi - lo) / 2, left receiving), and the
+ * result is written to result on the root, or on every rank with
+ * WEFT_MPI_ALL. The tree depends only on n, P and the grain: the result is
+ * bitwise the same in every run, whatever the threads of each rank, and
+ * the same on every rank that receives it. fn and combine see global
+ * indices and the calling rank's ctx.
+ *
+ * A collective call: every rank passes the same n, size and options.
+ * Returns the same value on every rank: 0; or, nothing written to result:
+ * -EINVAL when a rank passes arguments different from the others', or its
+ * own are invalid (fn, combine or identity NULL, result NULL on a rank
+ * that receives, size 0, opts->schedule other than WEFT_MPI_STATIC, a root
+ * out of range, local options that weft_reduce would refuse); -EOVERFLOW
+ * when size exceeds INT_MAX (MPI counts bytes in int); -ENOMEM when a rank
+ * cannot allocate the partial results (about P * size bytes on a rank that
+ * receives, size on the others), or its local weft_reduce could not; -EIO
+ * when MPI failed (under MPI_ERRORS_RETURN). Contexts: as weft_mpi_pmap.
+ * ctx, identity and result stay the caller's.
+ */
+WEFT_EXTERN int weft_mpi_reduce(MPI_Comm comm, size_t n, weft_reduce_fn fn, weft_combine_fn combine,
+                                void *ctx, const void *identity, void *result, size_t size,
+                                const weft_mpi_pmap_opts *opts);
+
+/*
+ * weft_mpi_pmap_range_f and weft_mpi_reduce_f: the same two calls with the
+ * communicator as a Fortran handle (MPI_Comm_f2c), for the Fortran module.
+ */
+WEFT_EXTERN int weft_mpi_pmap_range_f(MPI_Fint comm, size_t n, weft_range_fn fn, void *ctx,
+                                      const weft_mpi_pmap_opts *opts);
+WEFT_EXTERN int weft_mpi_reduce_f(MPI_Fint comm, size_t n, weft_reduce_fn fn, weft_combine_fn combine,
+                                  void *ctx, const void *identity, void *result, size_t size,
+                                  const weft_mpi_pmap_opts *opts);
 
 /* ------------------------------------------------------------------------ */
 /* Waiting for MPI requests                                                  */

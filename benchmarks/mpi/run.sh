@@ -5,7 +5,7 @@
 #   benchmarks/mpi/run.sh [BUILD_DIR [RESULTS_DIR]]   defaults: build/release, results
 #
 # Into RESULTS_DIR/mpi go math.jsonl (the GPars math kernel on 1, 2 and 4
-# ranks), exchange.jsonl, late.jsonl and uneven.jsonl (4 ranks), and run.log.
+# ranks), exchange.jsonl, late.jsonl and uneven.jsonl (4 ranks: waits, then computation), and run.log.
 # benchmarks/mpi/plot.sh draws the scaling plot from them. About four
 # minutes on 2 cores.
 #
@@ -54,4 +54,6 @@ run 4 exchange.jsonl exchange --n 1000 --reps 15
 THREADS=$cores run 4 exchange.jsonl exchange --n 1000 --reps 15
 run 4 late.jsonl late --n 1000 --reps 3 --late-ms 2000
 run 4 uneven.jsonl uneven --n 100 --reps 5 --unit-us 10 --lanes 1
+# The same shape of work computed (WEFT_CPU), with DYNAMIC's default chunk beside a fixed chunk of 4.
+run 4 uneven.jsonl uneven --n 200 --reps 5 --unit-us 1 --cpu 1 --chunk 4
 echo "run.sh: results in $out (plot: benchmarks/mpi/plot.sh $results)" >&2

@@ -18,7 +18,10 @@
  *             the receivers' CPU time while they wait, for the same three
  *   uneven    index i waits i * i units (waits: 4 ranks share 2 cores, so
  *             computing would measure the kernel's time slicing):
- *             weft_mpi_pmap STATIC against DYNAMIC, and DYNAMIC's claims
+ *             weft_mpi_pmap STATIC against DYNAMIC, and DYNAMIC's claims;
+ *             with --cpu 1, index i computes i * i units (weft_kernel_spin,
+ *             about 1,000 steps a unit) as a WEFT_CPU map; with --chunk C,
+ *             DYNAMIC with that fixed chunk too
  *
  * Output: one JSON object per line on stdout (rank 0), a summary on stderr.
  */
@@ -338,28 +341,38 @@ static int cmd_late(int n, int reps, int late_ms) {
 
 typedef struct uneven_ctx {
   int64_t unit_ns;
+  bool cpu; /* compute (spin) instead of waiting */
 } uneven_ctx;
 
 static int uneven_elem(void *p, size_t i, void *out) {
   const uneven_ctx *u = p;
-  weft_sleep_ns((int64_t)(i * i) * u->unit_ns);
+  if (u->cpu) {
+    uint64_t x = weft_kernel_spin((uint64_t)(i * i) * (uint64_t)u->unit_ns, i + 1);
+    weft_kernel_sink(&x);
+  } else {
+    weft_sleep_ns((int64_t)(i * i) * u->unit_ns);
+  }
   *(int *)out = rank;
   return 0;
 }
 
-static int cmd_uneven(size_t n, int reps, int64_t unit_ns, size_t lanes) {
-  uneven_ctx u = {unit_ns};
+static int cmd_uneven(size_t n, int reps, int64_t unit_ns, size_t lanes, bool cpu, size_t chunk) {
+  uneven_ctx u = {unit_ns, cpu};
   int *who = malloc(n * sizeof *who);
-  series s[2] = {{.name = "weft_mpi_pmap STATIC"}, {.name = "weft_mpi_pmap DYNAMIC"}};
+  series s[3] = {{.name = "weft_mpi_pmap STATIC"},
+                 {.name = "weft_mpi_pmap DYNAMIC"},
+                 {.name = "weft_mpi_pmap DYNAMIC chunk"}};
+  int ns = chunk ? 3 : 2;
   int bad = 0;
   long moved = 0;
   for (int rep = 0; rep < reps; rep++)
-    for (int j = 0; j < 2; j++) {
-      int k = (j + rep) % 2;
+    for (int j = 0; j < ns; j++) {
+      int k = (j + rep) % ns;
       weft_mpi_pmap_opts o = WEFT_MPI_PMAP_OPTS_INIT;
-      o.local.kind = WEFT_BLOCKING;
-      o.local.max_parallel = lanes;
+      o.local.kind = cpu ? WEFT_CPU : WEFT_BLOCKING;
+      o.local.max_parallel = cpu ? 0 : lanes;
       o.schedule = k ? WEFT_MPI_DYNAMIC : WEFT_MPI_STATIC;
+      o.chunk = k == 2 ? chunk : 0;
       MPI_Barrier(MPI_COMM_WORLD);
       double c0 = cpu_s(), t0 = now_s();
       bad += weft_mpi_pmap(MPI_COMM_WORLD, n, sizeof *who, uneven_elem, &u, who, &o) != 0;
@@ -374,21 +387,23 @@ static int cmd_uneven(size_t n, int reps, int64_t unit_ns, size_t lanes) {
         }
       }
     }
-  char extra[96];
-  snprintf(extra, sizeof extra, ",\"unit_ns\":%lld,\"lanes\":%zu,\"moved_per_rep\":%.1f", (long long)unit_ns,
-           lanes, reps ? (double)moved / reps : 0.0);
-  report("mpi-uneven", s, 2, 0, n, extra);
+  char extra[160];
+  snprintf(extra, sizeof extra,
+           ",\"unit_ns\":%lld,\"lanes\":%zu,\"cpu\":%d,\"chunk\":%zu,\"moved_per_rep\":%.1f",
+           (long long)unit_ns, lanes, cpu ? 1 : 0, chunk, reps ? (double)moved / reps : 0.0);
+  report("mpi-uneven", s, ns, 0, n, extra);
   free(who);
   return bad;
 }
 
 /* --- main ------------------------------------------------------------------------------ */
 
-static const char usage[] = "usage: weft-mpi-bench math     [--n N] [--reps R]\n"
-                            "       weft-mpi-bench exchange [--n N] [--reps R]\n"
-                            "       weft-mpi-bench late     [--n N] [--reps R] [--late-ms MS]\n"
-                            "       weft-mpi-bench uneven   [--n N] [--reps R] [--unit-us U] [--lanes L]\n"
-                            "(under mpirun; benchmarks/mpi/run.sh runs the documented set)\n";
+static const char usage[] =
+    "usage: weft-mpi-bench math     [--n N] [--reps R]\n"
+    "       weft-mpi-bench exchange [--n N] [--reps R]\n"
+    "       weft-mpi-bench late     [--n N] [--reps R] [--late-ms MS]\n"
+    "       weft-mpi-bench uneven   [--n N] [--reps R] [--unit-us U] [--lanes L] [--cpu 0|1] [--chunk C]\n"
+    "(under mpirun; benchmarks/mpi/run.sh runs the documented set)\n";
 
 int main(int argc, char **argv) {
   int provided;
@@ -402,7 +417,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
-  long long n = -1, reps = -1, late_ms = 2000, unit_us = 10, lanes = 1;
+  long long n = -1, reps = -1, late_ms = 2000, unit_us = 10, lanes = 1, cpu = 0, chunk = 0;
   for (int a = 2; a + 1 < argc; a += 2) {
     long long v = atoll(argv[a + 1]);
     if (strcmp(argv[a], "--n") == 0)
@@ -415,6 +430,10 @@ int main(int argc, char **argv) {
       unit_us = v;
     else if (strcmp(argv[a], "--lanes") == 0)
       lanes = v;
+    else if (strcmp(argv[a], "--cpu") == 0)
+      cpu = v;
+    else if (strcmp(argv[a], "--chunk") == 0)
+      chunk = v;
     else
       die("unknown option");
   }
@@ -427,7 +446,8 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "late") == 0)
     bad = cmd_late(n > 0 ? (int)n : 1000, reps > 0 ? (int)reps : 3, (int)late_ms);
   else if (strcmp(cmd, "uneven") == 0)
-    bad = cmd_uneven(n > 0 ? (size_t)n : 100, reps > 0 ? (int)reps : 5, unit_us * 1000, (size_t)lanes);
+    bad = cmd_uneven(n > 0 ? (size_t)n : 100, reps > 0 ? (int)reps : 5, unit_us * 1000, (size_t)lanes,
+                     cpu != 0, chunk > 0 ? (size_t)chunk : 0);
   else
     die("unknown command (see weft-mpi-bench without arguments)");
   int all = 0;

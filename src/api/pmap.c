@@ -16,6 +16,16 @@
  *                                         each claiming indices from the
  *                                         shared range.
  *
+ * A range map (weft_pmap_range, and weft_reduce's subtrees: range.c) takes
+ * the CPU paths with a range function in place of the element function:
+ * every chunk is one call fn(ctx, lo, hi), and the model keys its site by
+ * that function. Its first elements are not watched one by one (model.h,
+ * "a site whose elements change"): an index timed alone is a call of its
+ * own, whose fixed cost (tens of nanoseconds, with the clock) would pass
+ * for a dear element where an index costs a nanosecond; the sampled calls
+ * still follow a change. (range.c makes a BLOCKING range map an element map
+ * over its sub-ranges before it comes here.)
+ *
  * The fiber path is in pmap_fibers.c. All share the range (cpu/range.c), or
  * run the indices in order on the caller, and keep the error of the lowest
  * failing index, so the result does not depend on the path or timing.
@@ -92,8 +102,18 @@ int weft__pmap_cpu(weft__range *r) {
 #define FORK_SAMPLE_MAX_NS 50000.0 /* a fork is a sample of the fork cost when each share is this short */
 #define FAR_SAMPLE_EVERY   64      /* one call in this many is timed when the map is far too small */
 
+/*
+ * What a map runs: an element function, or a range function (weft_pmap_range,
+ * weft_reduce's units), whose calls each take a whole sub-range.
+ */
+typedef struct body {
+  weft_index_fn fn;  /* NULL when rfn is set */
+  weft_range_fn rfn; /* NULL for weft_pmap */
+  void *ctx;
+} body;
+
 typedef struct cpu_site {
-  weft_index_fn fn;  /* the key; NULL: free */
+  weft__site_key fn; /* the key (the caller's function); NULL: free */
   double elem_ns;    /* estimated cost of one element; 0: not measured yet */
   double regret_ns;  /* the ski rental's regret (model.h) */
   double between_ns; /* estimated time from the end of one call to the next's start */
@@ -122,7 +142,7 @@ static __thread cpu_model tls_model;
  * takes the way that has been timed less (the newer site), its record
  * starting afresh in cpu_auto_slow.
  */
-static inline cpu_site *site_of(cpu_model *m, weft_index_fn fn) {
+static inline cpu_site *site_of(cpu_model *m, weft__site_key fn) {
   uintptr_t h = (uintptr_t)fn;
   h ^= h >> 5;
   h ^= h >> 11;
@@ -133,7 +153,10 @@ static inline cpu_site *site_of(cpu_model *m, weft_index_fn fn) {
 }
 
 /* Run [lo, hi) on the caller, in order; the first (lowest) nonzero result, or 0. Every element runs. */
-static int run_here(weft_index_fn fn, void *ctx, size_t lo, size_t hi) {
+static inline int run_here(const body *b, size_t lo, size_t hi) {
+  if (b->rfn) return lo < hi ? b->rfn(b->ctx, lo, hi) : 0; /* one sub-range */
+  weft_index_fn fn = b->fn;
+  void *ctx = b->ctx;
   int err = 0;
   for (size_t i = lo; i < hi; i++) {
     int rc = fn(ctx, i);
@@ -143,9 +166,9 @@ static int run_here(weft_index_fn fn, void *ctx, size_t lo, size_t hi) {
 }
 
 /* Run element i on the caller; its wall time. */
-static int64_t run_timed(weft_index_fn fn, void *ctx, size_t i, int *err) {
+static int64_t run_timed(const body *b, size_t i, int *err) {
   int64_t a = weft_now_ns();
-  int rc = fn(ctx, i);
+  int rc = b->rfn ? b->rfn(b->ctx, i, i + 1) : b->fn(b->ctx, i);
   if (WEFT__UNLIKELY(rc != 0) && *err == 0) *err = rc;
   return weft_now_ns() - a;
 }
@@ -158,14 +181,14 @@ static int64_t run_timed(weft_index_fn fn, void *ctx, size_t i, int *err) {
  * elements after it were all dear (one or two alone may have been
  * preempted) is it true, with *took the shortest of them. *ran: how many ran.
  */
-static bool first_was_dear(weft_index_fn fn, void *ctx, size_t i, size_t n, double elem_ns, int *err,
-                           int64_t *took, size_t *ran) {
+static bool first_was_dear(const body *b, size_t i, size_t n, double elem_ns, int *err, int64_t *took,
+                           size_t *ran) {
   double bar = WEFT__MODEL_WATCH_FACTOR * elem_ns;
-  int64_t t = run_timed(fn, ctx, i, err);
+  int64_t t = run_timed(b, i, err);
   *ran = 1;
   if (!((double)t > bar && (double)t * (double)(n - i - 1) >= WEFT__MODEL_WATCH_PAYS_NS)) return false;
   for (size_t k = 1; k <= WEFT__MODEL_WATCH_CONFIRM && i + k + 1 < n; k++) {
-    int64_t tk = run_timed(fn, ctx, i + k, err);
+    int64_t tk = run_timed(b, i + k, err);
     *ran = k + 1;
     if (!((double)tk > bar)) return false;
     if (tk < t) t = tk;
@@ -344,7 +367,7 @@ static void cache_caller_bound(cpu_site *s, size_t n, const weft__model_out *o) 
  * the hot path's watched first elements, dear_ns long each, where the
  * estimate was was_ns (model.h); 0, 0, 0, 0 for a whole call.
  */
-static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, void *ctx, int explain,
+static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, const body *b, weft__site_key fn, int explain,
                          const void *pc, size_t done0, int err0, double dear_ns, double was_ns) {
   unsigned kind = weft__cpu_team_kind();
   if (s->fn != fn) {
@@ -383,7 +406,7 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, weft_index_fn fn, 
     int64_t t_mark = t0;
     do {
       size_t hi = n - done < c ? n : done + c;
-      int rc = run_here(fn, ctx, done, hi);
+      int rc = run_here(b, done, hi);
       if (rc && !err) err = rc;
       done = hi;
       t_rest = weft_now_ns();
@@ -431,11 +454,11 @@ decide:;
   if (out.workers <= 1 || done == n) {
     out.workers = 1;
     size_t from = done;
-    if (dear_ns == 0 && done + 1 < n && team.size > 1 && out.why != WEFT__WHY_BUSY &&
+    if (dear_ns == 0 && !b->rfn && done + 1 < n && team.size > 1 && out.why != WEFT__WHY_BUSY &&
         (double)(n - done) * in.elem_ns >= WEFT__MODEL_WATCH_MIN_NS) {
       int64_t took;
       size_t ran;
-      bool dear = first_was_dear(fn, ctx, done, n, in.elem_ns, &err, &took, &ran);
+      bool dear = first_was_dear(b, done, n, in.elem_ns, &err, &took, &ran);
       done += ran;
       if (dear) {
         was_ns = in.elem_ns;
@@ -446,14 +469,15 @@ decide:;
         goto decide;
       }
     }
-    int rc = run_here(fn, ctx, done, n);
+    int rc = run_here(b, done, n);
     if (rc && !err) err = rc;
     t1 = weft_now_ns();
     if (from < n && team.size > 1)
       s->elem_ns = weft__model_average(s->elem_ns, (double)(t1 - t_rest) / (double)(n - from));
   } else {
     weft__range r;
-    weft__range_init(&r, n, fn, ctx, 0, 0);
+    weft__range_init(&r, n, b->fn, b->ctx, 0, 0);
+    r.rfn = b->rfn;
     atomic_store_explicit(&r.next, done, memory_order_relaxed);
     r.time_first = s->timed < SITE_TIMED_FIRST || s->forks % FIRST_CHUNK_EVERY == 0;
     /* Short shares need no claims or steals in a region (cpu.h, weft__static_part). */
@@ -501,7 +525,8 @@ decide:;
  * last timed call, whatever its kind, and a map run on the caller is right
  * in any context (at worst it misses a fork for the 7 calls to the next one).
  */
-static int cpu_auto(size_t n, weft_index_fn fn, void *ctx, unsigned flags, const void *pc) {
+static inline __attribute__((always_inline)) int cpu_auto(size_t n, const body *b, weft__site_key fn,
+                                                          unsigned flags, const void *pc) {
   cpu_model *m = &tls_model;
   cpu_site *s = site_of(m, fn);
   int explain = (flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
@@ -509,19 +534,20 @@ static int cpu_auto(size_t n, weft_index_fn fn, void *ctx, unsigned flags, const
   if (WEFT__LIKELY(s->fn == fn && n <= s->seq_n && s->untimed < s->period && !explain)) {
     s->untimed++;
     TEST_COUNT(-1);
-    if (WEFT__LIKELY(n < s->watch_n)) return run_here(fn, ctx, 0, n);
+    /* A range map is never watched: one index timed alone is one call, whose overhead is not its cost. */
+    if (WEFT__LIKELY(n < s->watch_n || b->rfn)) return run_here(b, 0, n);
     int err = 0;
     int64_t took;
     size_t ran;
-    if (WEFT__LIKELY(!first_was_dear(fn, ctx, 0, n, s->elem_ns, &err, &took, &ran))) {
-      int rc = run_here(fn, ctx, ran, n);
+    if (WEFT__LIKELY(!first_was_dear(b, 0, n, s->elem_ns, &err, &took, &ran))) {
+      int rc = run_here(b, ran, n);
       return err ? err : rc;
     }
     double was = s->elem_ns;
     s->elem_ns = weft__model_average(s->elem_ns, (double)took);
-    return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, ran, err, (double)took, was);
+    return cpu_auto_slow(m, s, n, b, fn, explain, pc, ran, err, (double)took, was);
   }
-  return cpu_auto_slow(m, s, n, fn, ctx, explain, pc, 0, 0, 0, 0);
+  return cpu_auto_slow(m, s, n, b, fn, explain, pc, 0, 0, 0, 0);
 }
 
 /* --- the door --------------------------------------------------------------- */
@@ -547,16 +573,19 @@ static void explain_fixed(const void *pc, size_t n, const weft_pmap_opts *o, boo
                o->grain, team.size, weft__why_text(WEFT__WHY_GRAIN));
 }
 
-int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts) {
-  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
-  if (opts) o = *opts;
-  if (!fn || (o.kind != WEFT_CPU && o.kind != WEFT_BLOCKING) || (o.flags & ~WEFT_PMAP_EXPLAIN) != 0)
-    return -EINVAL;
-  if (n == 0) return 0;
-  const void *pc = __builtin_return_address(0);
+/*
+ * The door past the checks. Always inlined: weft_pmap's copy sees rfn NULL
+ * and keeps the element loop of its hot path as it was, with no call more.
+ */
+static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn,
+                                                          void *ctx, const weft_pmap_opts *opts,
+                                                          weft__site_key key, const void *pc) {
+  weft_pmap_opts o = *opts;
+  body b = {fn, rfn, ctx};
+  WEFT__ASSERT(!rfn || o.kind == WEFT_CPU); /* range.c turns a BLOCKING range map into an element map */
   /* (A fiber inside an OpenMP region of its own is not parkable: it runs maps as a thread would.) */
   if (o.kind == WEFT_CPU && o.grain == 0 && (!weft__fiber_self() || !weft__parkable_self()))
-    return cpu_auto(n, fn, ctx, o.flags, pc);
+    return cpu_auto(n, &b, key, o.flags, pc);
   int explain = (o.flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
   if (o.kind == WEFT_BLOCKING) {
     if (weft__fibers_up() == 0) {
@@ -572,5 +601,23 @@ int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts)
   if (explain) explain_fixed(pc, n, &o, false, explain);
   weft__range r;
   weft__range_init(&r, n, fn, ctx, o.grain, 0);
+  r.rfn = rfn;
   return weft__pmap_cpu(&r);
+}
+
+int weft__pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx, const weft_pmap_opts *opts,
+                   weft__site_key key, const void *pc) {
+  return pmap_run(n, fn, rfn, ctx, opts, key, pc);
+}
+
+bool weft__pmap_opts_ok(const weft_pmap_opts *o) {
+  return (o->kind == WEFT_CPU || o->kind == WEFT_BLOCKING) && (o->flags & ~WEFT_PMAP_EXPLAIN) == 0;
+}
+
+int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts) {
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  if (opts) o = *opts;
+  if (!fn || !weft__pmap_opts_ok(&o)) return -EINVAL;
+  if (n == 0) return 0;
+  return pmap_run(n, fn, NULL, ctx, &o, (weft__site_key)fn, __builtin_return_address(0));
 }

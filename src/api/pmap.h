@@ -13,6 +13,23 @@
  */
 int weft__pmap_cpu(weft__range *r);
 
+/* The key of a call site in the cost model's table: the caller's own function (of whatever type). */
+typedef void (*weft__site_key)(void);
+
+/* True when weft_pmap would accept opts (the kind and the flags; the grain and bound are free). */
+bool weft__pmap_opts_ok(const weft_pmap_opts *o);
+
+/*
+ * weft_pmap past its checks (n > 0, *opts valid), for weft_pmap and
+ * weft_pmap_range/weft_reduce (range.c): with rfn set (fn NULL) each chunk is
+ * one call rfn(ctx, lo, hi), and only the CPU kind is allowed (range.c turns
+ * a BLOCKING range map into an element map over its sub-ranges). key names
+ * the call site in the cost model (the caller's function), pc is the return
+ * address that EXPLAIN describes.
+ */
+int weft__pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx, const weft_pmap_opts *opts,
+                   weft__site_key key, const void *pc);
+
 /*
  * Run a BLOCKING map on fibers: at most max_parallel elements in flight (0:
  * no bound). The runtime must be running. Returns the map's result, or a

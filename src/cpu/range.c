@@ -12,6 +12,7 @@
 void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, size_t grain,
                       size_t max_workers) {
   r->fn = fn;
+  r->rfn = NULL;
   r->ctx = ctx;
   r->n = n;
   r->grain = grain;
@@ -72,6 +73,12 @@ void weft__range_fail(weft__range *r, size_t i, int rc) {
 }
 
 static inline void run_chunk(weft__range *r, size_t lo, size_t c) {
+  if (r->rfn) {
+    /* A range map: the chunk is one sub-range; its lo stands for it among the errors. */
+    int rc = r->rfn(r->ctx, lo, lo + c);
+    if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, lo, rc);
+    return;
+  }
   for (size_t i = lo; i < lo + c; i++) {
     int rc = r->fn(r->ctx, i);
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, i, rc);
@@ -126,6 +133,7 @@ void weft__range_drain(weft__range *r) { weft__range_drain_from(r, 0); }
 
 void weft__range_static_part(weft__range *r, size_t k, weft__static_part *out) {
   out->fn = r->fn;
+  out->rfn = r->rfn;
   out->ctx = r->ctx;
   out->base = weft__load_relaxed(&r->next);
   out->n = r->n;
@@ -162,10 +170,16 @@ void weft__range_run_static(const weft__static_part *p, size_t home) {
   weft__range *r = p->r;
   bool timed = home == 0 && r->time_first;
   int64_t t0 = timed ? weft__mono_ns() : 0;
-  for (size_t i = lo; i < hi; i++) {
-    weft__store_relaxed(&mine.next, i + 1);
-    int rc = p->fn(p->ctx, i);
-    if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, i, rc);
+  if (p->rfn) {
+    /* One sub-range; mine.next stays below its end while it runs (the part is still busy). */
+    int rc = p->rfn(p->ctx, lo, hi);
+    if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, lo, rc);
+  } else {
+    for (size_t i = lo; i < hi; i++) {
+      weft__store_relaxed(&mine.next, i + 1);
+      int rc = p->fn(p->ctx, i);
+      if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, i, rc);
+    }
   }
   if (timed) {
     /* Home 0 is the caller: r is its own, and no other thread reads these. */

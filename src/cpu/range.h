@@ -25,6 +25,7 @@ typedef struct weft__slice {
 /* The state of one parallel map, shared by everything that runs its indices. */
 typedef struct weft__range {
   weft_index_fn fn;
+  weft_range_fn rfn; /* set (fn NULL): a chunk is one call rfn(ctx, lo, hi) (weft_pmap_range) */
   void *ctx;
   size_t n;                             /* indices are [0, n) */
   size_t grain;                         /* indices per claim; 0: guided (shrinking chunks) */
@@ -113,6 +114,7 @@ int weft__range_result(weft__range *r);
  */
 typedef struct weft__static_part {
   weft_index_fn fn;
+  weft_range_fn rfn; /* as weft__range's */
   void *ctx;
   size_t base; /* first index of the split (the probe ran the ones below) */
   size_t n;

@@ -35,8 +35,25 @@
  * claim of slow elements keeps every worker busy; for WEFT_BLOCKING with
  * max_parallel, that many), grows at most twofold per claim, shrinks at once
  * when elements turn out slower, and never takes more than half of what it
- * believes is left of the block (the end of a block is then shared out in
- * ever smaller pieces: guided self-scheduling). A WEFT_BLOCKING map without
+ * believes is left of its own block, or 1 / (2 P) of what is left of
+ * another rank's, P the number of ranks. That is factoring (a round of P
+ * claims takes about half of what is left) with the remaining work
+ * estimated per block: while every rank works on its own block, P blocks
+ * drain together and half of one is 1 / (2 P) of all that is left; a block
+ * that others steal from is among the last, and is then shared among all
+ * the ranks, so its pieces shrink P times faster. A rank that moves on to
+ * another rank's block also starts again from cmin: what its own elements
+ * cost says nothing of another block's (with work that grows with the
+ * index, a rank whose cheap block taught it large claims would otherwise
+ * take a run of the dearest elements of the last block in one claim, and
+ * finish last). The first default kept the size learned at home and took up
+ * to half of what was left of any block (issue 28 reported it at 1.55-1.90 s
+ * against STATIC's 0.95 s on 4 ranks with index i costing i * i units;
+ * docs/mpi.md has what was measured here before and after). Capping the
+ * home block at 1 / (2 P) as well was tried and rejected: at a thousand
+ * ranks its claims would shrink to a few hundred indices long before any
+ * rank came to help, thousands of claims (each a local map's fork and
+ * join) where a few dozen do. A WEFT_BLOCKING map without
  * max_parallel runs a chunk's elements all at once, so a chunk takes as long
  * as its slowest element whatever its size: there the size is simply half of
  * what is left (of what the last reading of the counter said was left, for
@@ -79,10 +96,12 @@ static atomic_bool rma_broken;                    /* a DYNAMIC map ran as STATIC
 bool weft_mpi__rma_broken(void) { return atomic_load(&rma_broken); }
 
 typedef struct chunker {
-  size_t fixed; /* opts.chunk, or 0 for automatic */
-  size_t cmin;  /* the smallest automatic claim: one index per local worker */
-  bool guided;  /* WEFT_BLOCKING without max_parallel: half of what is left, always */
-  size_t c;     /* the next automatic claim, from the time the last ones took */
+  size_t fixed;  /* opts.chunk, or 0 for automatic */
+  size_t ranks;  /* P: an automatic claim on another rank's block takes at most 1 / (2 P) of what is left */
+  bool stealing; /* the block being taken is another rank's */
+  size_t cmin;   /* the smallest automatic claim: one index per local worker */
+  bool guided;   /* WEFT_BLOCKING without max_parallel: half of what is left, always */
+  size_t c;      /* the next automatic claim, from the time the last ones took */
 } chunker;
 
 static size_t chunk_size(const chunker *k, size_t left) {
@@ -91,7 +110,9 @@ static size_t chunk_size(const chunker *k, size_t left) {
     c = k->fixed;
   } else {
     size_t half = left / 2 + (left & 1);
-    c = k->guided || k->c > half ? half : k->c;
+    size_t d = k->stealing ? 2 * k->ranks : 2; /* factoring's share, P times smaller on a shared block */
+    size_t share = left / d + (left % d != 0);
+    c = k->guided ? half : k->c > share ? share : k->c;
     if (c < k->cmin) c = k->cmin;
   }
   return c < left ? c : left;
@@ -160,6 +181,8 @@ static size_t cpu_workers(void) {
  */
 static bool take_block(weft_mpi__map *m, MPI_Win win, chunker *k, int v, size_t seen) {
   size_t lo = weft_mpi__block_lo(m->n, m->size, v), len = weft_mpi__block_len(m->n, m->size, v);
+  k->c = k->cmin; /* another block's elements may cost anything: learn them again */
+  k->stealing = v != m->rank;
   while (seen < len) {
     size_t c = chunk_size(k, len - seen);
     if (!reserve(m, c)) {
@@ -227,7 +250,7 @@ int weft_mpi__dynamic_run(weft_mpi__map *m, MPI_Win *win_out) {
     return -EIO;
   }
 
-  chunker k = {.fixed = m->o.chunk, .cmin = cpu_workers()};
+  chunker k = {.fixed = m->o.chunk, .ranks = (size_t)m->size, .cmin = cpu_workers()};
   if (m->o.local.kind == WEFT_BLOCKING) {
     if (m->o.local.max_parallel)
       k.cmin = m->o.local.max_parallel;

@@ -52,6 +52,7 @@ typedef struct weft_mpi__map {
   int rank, size;
   size_t n, elem;
   weft_mpi_fn fn;
+  weft_range_fn rfn; /* weft_mpi_pmap_range: set instead of fn (elem is 0); indices are global */
   void *ctx;
   char *results;          /* the caller's; NULL on a rank that does not receive */
   weft_mpi_pmap_opts o;   /* the options, defaults filled in */
@@ -84,6 +85,13 @@ size_t weft_mpi__block_len(size_t n, int size, int r);
 
 /* Run fn over global indices [first, first + len) through the local weft_pmap, results to out. */
 void weft_mpi__run(weft_mpi__map *m, size_t first, size_t len, char *out);
+
+/*
+ * Step 2 of a call (pmap.c): agree among the ranks on m's arguments and on
+ * whether any rank failed its checks (local_err, a positive errno or 0): 0
+ * to go on, else the error every rank returns. weft_mpi_reduce uses it too.
+ */
+int weft_mpi__agree_args(const weft_mpi__map *m, int local_err);
 
 /* Wait for one of weft_mpi_pmap's own nonblocking collectives. */
 int weft_mpi__coll_wait(MPI_Request *req);

@@ -2,7 +2,9 @@
  * This file contains weft_mpi_pmap's door and its STATIC schedule: the
  * checks, the agreement among ranks on the arguments and on the outcome,
  * running a range of indices through the local weft_pmap, and the gather
- * of contiguous blocks. DYNAMIC's claims are in claims.c, its gather in
+ * of contiguous blocks. weft_mpi_pmap_range goes through the same door with
+ * a range function and no results (its chunks run through the local
+ * weft_pmap_range). DYNAMIC's claims are in claims.c, its gather in
  * gather.c.
  *
  * ==== One call, in collective steps ==========================================
@@ -71,11 +73,39 @@ static int run_one(void *p, size_t j) {
   return rc;
 }
 
+/* A sub-range of weft_mpi_pmap_range's: global indices, and the lowest failing local lo kept. */
+typedef struct span_ctx {
+  weft_range_fn fn;
+  void *ctx;
+  size_t first;
+  atomic_size_t fail;
+} span_ctx;
+
+static int run_span(void *p, size_t lo, size_t hi) {
+  span_ctx *r = p;
+  int rc = r->fn(r->ctx, r->first + lo, r->first + hi);
+  if (rc != 0) {
+    size_t cur = atomic_load_explicit(&r->fail, memory_order_relaxed);
+    while (lo < cur && !atomic_compare_exchange_weak_explicit(&r->fail, &cur, lo, memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+    }
+  }
+  return rc;
+}
+
 void weft_mpi__run(weft_mpi__map *m, size_t first, size_t len, char *out) {
-  run_ctx r = {m->fn, m->ctx, first, out, m->elem, SIZE_MAX};
-  int rc = weft_pmap(len, run_one, &r, &m->o.local);
+  int rc;
+  size_t j;
+  if (m->rfn) {
+    span_ctx r = {m->rfn, m->ctx, first, SIZE_MAX};
+    rc = weft_pmap_range(len, run_span, &r, &m->o.local);
+    j = atomic_load(&r.fail);
+  } else {
+    run_ctx r = {m->fn, m->ctx, first, out, m->elem, SIZE_MAX};
+    rc = weft_pmap(len, run_one, &r, &m->o.local);
+    j = atomic_load(&r.fail);
+  }
   if (rc == 0) return;
-  size_t j = atomic_load(&r.fail);
   if (j == SIZE_MAX) {
     /* weft_pmap's own error: no element of this range ran. */
     if (!m->weft_err) m->weft_err = rc;
@@ -101,7 +131,7 @@ enum {
 };
 
 /* Step 2: 0 to go on; else the error every rank returns. local_err is a positive errno or 0. */
-static int agree_args(const weft_mpi__map *m, int local_err) {
+int weft_mpi__agree_args(const weft_mpi__map *m, int local_err) {
   uint64_t v[AGREE_K] = {
       [AGREE_N] = m->n,
       [AGREE_ELEM] = m->elem,
@@ -256,7 +286,7 @@ static void release(weft_mpi__map *m) {
 /* The checks of step 1 that every rank makes on its own arguments: 0 or a positive errno. */
 static int check_local(const weft_mpi__map *m) {
   const weft_mpi_pmap_opts *o = &m->o;
-  if (!m->fn) return EINVAL;
+  if (!m->fn && !m->rfn) return EINVAL;
   if (o->schedule != WEFT_MPI_STATIC && o->schedule != WEFT_MPI_DYNAMIC) return EINVAL;
   if (o->root != WEFT_MPI_ALL && (o->root < 0 || o->root >= m->size)) return EINVAL;
   if (weft_pmap(0, noop, NULL, &o->local) != 0) return EINVAL; /* weft_pmap's own checks of the options */
@@ -269,8 +299,9 @@ static int check_local(const weft_mpi__map *m) {
   return 0;
 }
 
-int weft_mpi_pmap(MPI_Comm comm, size_t n, size_t elem_size, weft_mpi_fn fn, void *ctx, void *results,
-                  const weft_mpi_pmap_opts *opts) {
+/* weft_mpi_pmap and weft_mpi_pmap_range: one of fn and rfn is set (rfn with elem_size 0, results NULL). */
+static int door(MPI_Comm comm, size_t n, size_t elem_size, weft_mpi_fn fn, weft_range_fn rfn, void *ctx,
+                void *results, const weft_mpi_pmap_opts *opts) {
   int init = 0, fin = 0, inter = 0;
   MPI_Initialized(&init);
   if (init) MPI_Finalized(&fin);
@@ -281,6 +312,7 @@ int weft_mpi_pmap(MPI_Comm comm, size_t n, size_t elem_size, weft_mpi_fn fn, voi
                      .n = n,
                      .elem = elem_size,
                      .fn = fn,
+                     .rfn = rfn,
                      .ctx = ctx,
                      .fail_index = WEFT_MPI__NO_FAILURE,
                      .elem_type = MPI_DATATYPE_NULL};
@@ -299,7 +331,7 @@ int weft_mpi_pmap(MPI_Comm comm, size_t n, size_t elem_size, weft_mpi_fn fn, voi
         MPI_Type_commit(&m.elem_type) != MPI_SUCCESS)
       local_err = ENOMEM;
   }
-  int rc = agree_args(&m, local_err);
+  int rc = weft_mpi__agree_args(&m, local_err);
   if (rc != 0 || n == 0) {
     release(&m);
     return rc;
@@ -330,6 +362,26 @@ int weft_mpi_pmap(MPI_Comm comm, size_t n, size_t elem_size, weft_mpi_fn fn, voi
   }
   release(&m);
   return rc;
+}
+
+int weft_mpi_pmap(MPI_Comm comm, size_t n, size_t elem_size, weft_mpi_fn fn, void *ctx, void *results,
+                  const weft_mpi_pmap_opts *opts) {
+  return door(comm, n, elem_size, fn, NULL, ctx, results, opts);
+}
+
+int weft_mpi_pmap_range(MPI_Comm comm, size_t n, weft_range_fn fn, void *ctx,
+                        const weft_mpi_pmap_opts *opts) {
+  /* (A NULL fn leaves both functions NULL: the door's checks refuse it on this rank, and so on all.) */
+  return door(comm, n, 0, NULL, fn, ctx, NULL, opts);
+}
+
+int weft_mpi_pmap_range_f(MPI_Fint comm, size_t n, weft_range_fn fn, void *ctx,
+                          const weft_mpi_pmap_opts *opts) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  if (init) MPI_Finalized(&fin);
+  if (!init || fin) return -EINVAL;
+  return weft_mpi_pmap_range(MPI_Comm_f2c(comm), n, fn, ctx, opts);
 }
 
 int weft_mpi_pmap_f(MPI_Fint comm, size_t n, size_t elem_size, weft_mpi_fn fn, void *ctx, void *results,

@@ -1,5 +1,7 @@
 ! Test "fortran": the Fortran module (use weft). weft_pmap maps 10^6 indices
 ! with each kind (and the default INTEGER n), and every result is checked;
+! weft_pmap_range covers every index once; weft_reduce's sum is bitwise the
+! tree weft.h describes;
 ! the lowest failing index's error; futures of both kinds, with results and
 ! deadlines; sleeping; weft_strerror. Exits 1 on the first failed check.
 module fortran_test_cb
@@ -38,6 +40,61 @@ contains
     fail_some = square(ctx, i)
     if (mod(i, 1000_c_size_t) == 999) fail_some = int(100 + i, c_int)
   end function fail_some
+
+  ! weft_pmap_range: x(i + 1) = i**2 for every i of [lo, hi), each counted.
+  integer(c_int) function square_range(ctx, lo, hi) bind(c)
+    type(c_ptr), value :: ctx
+    integer(c_size_t), value :: lo, hi
+    integer(c_size_t) :: i
+    integer(c_int) :: rc
+    square_range = 0
+    do i = lo, hi - 1
+      rc = square(ctx, i)
+    end do
+  end function square_range
+
+  ! weft_reduce: acc = acc + the sum of x(lo + 1 : hi) (real(c_double), the identity 0).
+  subroutine sum_leaf(ctx, lo, hi, acc) bind(c)
+    type(c_ptr), value :: ctx
+    integer(c_size_t), value :: lo, hi
+    type(c_ptr), value :: acc
+    real(c_double), pointer :: a, y(:)
+    integer(c_size_t) :: i
+    call c_f_pointer(acc, a)
+    call c_f_pointer(ctx, y, [n])
+    do i = lo + 1, hi
+      a = a + y(i)
+    end do
+  end subroutine sum_leaf
+
+  subroutine sum_combine(ctx, acc, other) bind(c)
+    type(c_ptr), value :: ctx
+    type(c_ptr), value :: acc
+    type(c_ptr), value :: other
+    real(c_double), pointer :: a, b
+    call c_f_pointer(acc, a)
+    call c_f_pointer(other, b)
+    a = a + b
+    if (.not. c_associated(ctx)) error stop 2 ! the caller's ctx reaches combine too
+  end subroutine sum_combine
+
+  ! weft_reduce's tree, evaluated here (weft.h): leaves of at most g, halves combined left + right.
+  recursive function tree_sum(y, lo, hi, g) result(s)
+    real(c_double), intent(in) :: y(:)
+    integer(c_size_t), intent(in) :: lo, hi, g
+    real(c_double) :: s
+    integer(c_size_t) :: i, mid
+    if (hi - lo <= g) then
+      s = 0.0_c_double
+      do i = lo + 1, hi
+        s = s + y(i)
+      end do
+    else
+      mid = lo + (hi - lo) / 2
+      s = tree_sum(y, lo, mid, g)
+      s = s + tree_sum(y, mid, hi, g)
+    end if
+  end function tree_sum
 
   ! A future: sleeps 1 ms, then returns its argument.
   type(c_ptr) function nap(arg) bind(c)
@@ -101,6 +158,42 @@ program test_fortran
   call check(all(runs == 1), "every element ran once despite the errors")
   o = weft_pmap_opts(kind=7)
   call check(weft_pmap(n, square, c_loc(x), o) == -22, "a bad kind is -EINVAL")
+
+  ! weft_pmap_range: every index once, with the automatic grain and with one.
+  do k = 0, 1
+    x = -1
+    runs = 0
+    if (k == 0) then
+      rc = weft_pmap_range(n, square_range, c_loc(x))
+    else
+      o = weft_pmap_opts(grain=777_c_size_t)
+      rc = weft_pmap_range(n, square_range, c_loc(x), o)
+    end if
+    call check(rc == 0, "weft_pmap_range returned 0")
+    call check_all()
+  end do
+
+  ! weft_reduce: a sum of mixed magnitudes, bitwise the tree evaluated here.
+  block
+    real(c_double), allocatable, target :: v(:)
+    real(c_double), target :: zero, total
+    real(c_double) :: want
+    integer(c_size_t) :: i, g
+    allocate (v(n))
+    do i = 1, n
+      v(i) = merge(1.0e12_c_double, 1.0e-3_c_double, mod(i, 7_c_size_t) == 0) * sin(real(i, c_double))
+    end do
+    zero = 0.0_c_double
+    total = -1.0_c_double
+    rc = weft_reduce(n, sum_leaf, sum_combine, c_loc(v), c_loc(zero), c_loc(total), 8_c_size_t)
+    call check(rc == 0, "weft_reduce returned 0")
+    i = n + WEFT_REDUCE_LEAVES - 1 ! (not a constant: gfortran warns of a constant's truncated division)
+    g = max(WEFT_REDUCE_GRAIN_MIN, i / WEFT_REDUCE_LEAVES)
+    want = tree_sum(v, 0_c_size_t, n, g)
+    call check(transfer(total, 0_c_int64_t) == transfer(want, 0_c_int64_t), "weft_reduce is bitwise its tree")
+    call check(weft_reduce(n, sum_leaf, sum_combine, c_loc(v), c_loc(zero), c_loc(total), 0_c_size_t) == -22, &
+               "a size of 0 is -EINVAL")
+  end block
 
   ! Futures of both kinds; their results; a deadline that passes.
   do k = 0, 1

@@ -4,7 +4,10 @@
  * every index run exactly once; the same error on every rank, from the
  * lowest failing index; -EINVAL on every rank when one rank's arguments
  * differ; DYNAMIC moving uneven work off the busiest rank; a map called on
- * fibers; two maps at once on two communicators.
+ * fibers; two maps at once on two communicators; weft_mpi_pmap_range (every
+ * global index once, the lowest failing lo) and weft_mpi_reduce (bitwise the
+ * reference tree on every receiving rank, bad input); DYNAMIC's default
+ * chunk on work that grows with the index.
  */
 #include <errno.h>
 #include <limits.h>
@@ -383,6 +386,168 @@ static void test_two_communicators(void) {
   MPI_Comm_free(&half);
 }
 
+/* --- weft_mpi_pmap_range and weft_mpi_reduce ------------------------------------------------ */
+
+/* Counts every index of a sub-range; fails with 5 in the one holding index 500, 9 in the one holding 900. */
+static int range_fn(void *p, size_t lo, size_t hi) {
+  mctx *c = p;
+  int rc = 0;
+  for (size_t i = lo; i < hi; i++) {
+    atomic_fetch_add_explicit(&c->runs[i], 1, memory_order_relaxed);
+    if (c->nfails && i == 500) rc = 5;
+    if (c->nfails && i == 900 && rc == 0) rc = 9;
+  }
+  return rc;
+}
+
+/* Every global index once over the ranks, both schedules, both kinds; the lowest failing lo's value. */
+static void test_range(void) {
+  const size_t sizes[] = {0, 1, 7, 1000, 100003};
+  for (size_t s = 0; s < 5; s++)
+    for (int kind = 0; kind < 2; kind++)
+      for (int sch = 0; sch < 2; sch++)
+        for (int fail = 0; fail < 2; fail++) {
+          size_t n = sizes[s];
+          atomic_uchar *runs = calloc(n ? n : 1, 1);
+          mctx c = {.runs = runs, .nfails = (size_t)fail};
+          weft_mpi_pmap_opts o = WEFT_MPI_PMAP_OPTS_INIT;
+          o.local.kind = (weft_kind)kind;
+          o.local.grain = 10; /* 500 and 900 never share a sub-range */
+          o.schedule = sch;
+          int rc = weft_mpi_pmap_range(MPI_COMM_WORLD, n, range_fn, &c, &o);
+          int want = fail && n > 500 ? 5 : 0;
+          if (rc != want) printf("\n  range n=%zu kind=%d schedule=%d: %d, not %d\n", n, kind, sch, rc, want);
+          CU_ASSERT_TRUE(weft_mpi_test_all(rc == want));
+          CU_ASSERT_TRUE(ran_once(runs, n));
+          free(runs);
+        }
+  /* The automatic grain, and bad input on every rank. */
+  atomic_uchar *runs = calloc(20011, 1);
+  mctx c = {.runs = runs};
+  CU_ASSERT_TRUE(weft_mpi_test_all(weft_mpi_pmap_range(MPI_COMM_WORLD, 20011, range_fn, &c, NULL) == 0));
+  CU_ASSERT_TRUE(ran_once(runs, 20011));
+  free(runs);
+  CU_ASSERT_TRUE(weft_mpi_test_all(weft_mpi_pmap_range(MPI_COMM_WORLD, 10, NULL, NULL, NULL) == -EINVAL));
+}
+
+static const double *red_x;
+
+static void red_leaf(void *ctx, size_t lo, size_t hi, void *acc) {
+  (void)ctx;
+  double s = *(double *)acc;
+  for (size_t i = lo; i < hi; i++) s += red_x[i];
+  *(double *)acc = s;
+}
+
+static void red_combine(void *ctx, void *acc, const void *other) {
+  (void)ctx;
+  *(double *)acc += *(const double *)other;
+}
+
+/* weft_reduce's tree over [lo, hi), leaves of at most g. */
+static double red_tree(size_t lo, size_t hi, size_t g) {
+  if (hi - lo <= g) {
+    double s = 0.0;
+    for (size_t i = lo; i < hi; i++) s += red_x[i];
+    return s;
+  }
+  size_t mid = lo + (hi - lo) / 2;
+  double l = red_tree(lo, mid, g);
+  return l + red_tree(mid, hi, g);
+}
+
+/* The ranks' tree over their blocks' partial sums, as weft_mpi.h describes it. */
+static double red_ranks(size_t n, int lo, int hi, size_t grain) {
+  if (hi - lo == 1) {
+    size_t b = weft_mpi__block_lo(n, weft_mpi_test_size(), lo),
+           len = weft_mpi__block_len(n, weft_mpi_test_size(), lo);
+    size_t g = grain ? grain : len / WEFT_REDUCE_LEAVES + (len % WEFT_REDUCE_LEAVES != 0);
+    if (!grain && g < WEFT_REDUCE_GRAIN_MIN) g = WEFT_REDUCE_GRAIN_MIN;
+    return len ? red_tree(b, b + len, g) : 0.0;
+  }
+  int mid = lo + (hi - lo) / 2;
+  double l = red_ranks(n, lo, mid, grain);
+  return l + red_ranks(n, mid, hi, grain);
+}
+
+/* A sum of mixed magnitudes, bitwise the reference on every receiving rank, over runs and thread counts. */
+static void test_reduce(void) {
+  const size_t n = 200003;
+  double *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = ((i % 5 == 0) ? 1e10 : (i % 3 == 0) ? 1e-7 : 1.0) * ((i % 2) ? -1.0 : 1.0) * (double)(i % 97);
+  red_x = x;
+  const double zero = 0.0;
+  const size_t grains[] = {0, 1000};
+  for (int g = 0; g < 2; g++)
+    for (int rep = 0; rep < 4; rep++) {
+      weft_mpi_pmap_opts o = WEFT_MPI_PMAP_OPTS_INIT;
+      o.local.grain = grains[g];
+      o.local.kind = rep == 3 ? WEFT_BLOCKING : WEFT_CPU;
+      o.root = rep % 2 ? WEFT_MPI_ALL : 1 % weft_mpi_test_size();
+      double got = -1.0, want = red_ranks(n, 0, weft_mpi_test_size(), grains[g]);
+      int rc = weft_mpi_reduce(MPI_COMM_WORLD, n, red_leaf, red_combine, NULL, &zero, &got, sizeof got, &o);
+      bool receives = o.root == WEFT_MPI_ALL || o.root == weft_mpi_test_rank();
+      bool ok = rc == 0 && (receives ? memcmp(&got, &want, sizeof got) == 0 : got == -1.0);
+      if (!ok)
+        printf("\n  rank %d: reduce grain %zu rep %d: rc %d, %.17g, want %.17g\n", weft_mpi_test_rank(),
+               grains[g], rep, rc, got, want);
+      CU_ASSERT_TRUE(weft_mpi_test_all(ok));
+    }
+  /* n = 0: the identity (combined with itself over the ranks). */
+  double got = -1.0;
+  weft_mpi_pmap_opts all = WEFT_MPI_PMAP_OPTS_INIT;
+  all.root = WEFT_MPI_ALL;
+  CU_ASSERT_TRUE(weft_mpi_test_all(
+      weft_mpi_reduce(MPI_COMM_WORLD, 0, red_leaf, red_combine, NULL, &zero, &got, sizeof got, &all) == 0 &&
+      got == 0.0));
+  /* Bad input, on every rank: DYNAMIC, size 0, a NULL combine on one rank only. */
+  weft_mpi_pmap_opts dyn = all;
+  dyn.schedule = WEFT_MPI_DYNAMIC;
+  got = -1.0;
+  CU_ASSERT_TRUE(weft_mpi_test_all(weft_mpi_reduce(MPI_COMM_WORLD, n, red_leaf, red_combine, NULL, &zero,
+                                                   &got, sizeof got, &dyn) == -EINVAL));
+  CU_ASSERT_TRUE(weft_mpi_test_all(
+      weft_mpi_reduce(MPI_COMM_WORLD, n, red_leaf, red_combine, NULL, &zero, &got, 0, &all) == -EINVAL));
+  weft_combine_fn comb = weft_mpi_test_rank() == 0 ? NULL : red_combine;
+  CU_ASSERT_TRUE(weft_mpi_test_all(
+      weft_mpi_reduce(MPI_COMM_WORLD, n, red_leaf, comb, NULL, &zero, &got, sizeof got, &all) == -EINVAL));
+  CU_ASSERT_TRUE(weft_mpi_test_all(got == -1.0));
+  free(x);
+  red_x = NULL;
+}
+
+/*
+ * DYNAMIC's default chunk on work that grows with the index, as a CPU map:
+ * every index once over the ranks (the factoring cap and the restart at
+ * each stolen block change which claims are made, never what runs).
+ */
+static int grow_fn(void *p, size_t i, void *out) {
+  mctx *c = p;
+  atomic_fetch_add_explicit(&c->runs[i], 1, memory_order_relaxed);
+  volatile uint64_t x = i;
+  for (size_t k = 0; k < (i / 64) * (i / 64); k++) x = x * 6364136223846793005ull + 1;
+  *(int *)out = weft_mpi_test_rank();
+  return 0;
+}
+
+static void test_dynamic_default_uneven(void) {
+  const size_t n = 4001;
+  atomic_uchar *runs = calloc(n, 1);
+  int *who = malloc(n * sizeof *who);
+  mctx c = {.runs = runs};
+  weft_mpi_pmap_opts o = WEFT_MPI_PMAP_OPTS_INIT;
+  o.schedule = WEFT_MPI_DYNAMIC;
+  o.root = WEFT_MPI_ALL;
+  CU_ASSERT_TRUE(weft_mpi_test_all(weft_mpi_pmap(MPI_COMM_WORLD, n, sizeof *who, grow_fn, &c, who, &o) == 0));
+  CU_ASSERT_TRUE(ran_once(runs, n));
+  bool valid = true;
+  for (size_t i = 0; i < n; i++) valid = valid && who[i] >= 0 && who[i] < weft_mpi_test_size();
+  CU_ASSERT_TRUE(weft_mpi_test_all(valid));
+  free(who);
+  free(runs);
+}
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"results", test_results},
@@ -393,6 +558,9 @@ int main(int argc, char **argv) {
       {"uneven_dynamic", test_uneven_dynamic},
       {"on_fiber", test_on_fiber},
       {"two_communicators", test_two_communicators},
+      {"range", test_range},
+      {"reduce", test_reduce},
+      {"dynamic_default_uneven", test_dynamic_default_uneven},
       {NULL, NULL},
   };
   return weft_mpi_test_main(argc, argv, "mpi_pmap", tests, MPI_THREAD_MULTIPLE);
