@@ -26,6 +26,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1002,9 +1003,14 @@ static void as_child(void *arg) {
   if (!big_hits || !fs) _exit(4);
   weft_shutdown();
   if (lim <= (256ul << 20)) {
-    /* At 256 MiB the started runtime leaves less room than one arena of 256 KiB stacks takes (64 of them,
-     * 20 MiB with guards), and a map with no stack at all runs on its caller, one element at a time: a
-     * program this short of address space asks for small stacks, as this one does. */
+    /*
+     * At 256 MiB a program this short of address space must ask for little: glibc reserves 64 MiB of
+     * address space for each thread's malloc arena (the carriers', the offload pool's, the OpenMP team's),
+     * which alone can take what the limit leaves, and 256 KiB stacks come 20 MiB of address space an arena.
+     * With no room for a single stack, a map runs on its caller one element at a time (100,000 x 10 ms).
+     * So this child keeps malloc to one arena and asks for 64 KiB stacks.
+     */
+    mallopt(M_ARENA_MAX, 1);
     weft_config c = weft_test_config();
     c.stack_size = 64 * 1024;
     weft_configure(&c);

@@ -254,6 +254,8 @@ typedef struct chunk {
   size_t len;                /* immutable */
   unsigned gen;              /* pool.gen when mapped; immutable */
   uint32_t narenas;          /* capacity; immutable */
+  uint32_t arena_stacks;     /* stacks per arena: the pool's, or fewer in a one-arena chunk cut short by a
+                                limit (chunk_map); immutable */
   uint32_t ncarved;          /* arenas reserved for carving (arenas[i] may still be NULL: being carved) */
   uint32_t npublished;       /* arenas published in arenas[] */
   uint32_t nbusy;            /* arenas a trim works on */
@@ -645,33 +647,40 @@ static size_t mem_room_stacks(void) {
 }
 
 /*
- * Map a chunk of at most `narenas` arenas (address space only): fewer when
- * the address-space budget or the kernel refuses that many (halving down to
- * one arena: under RLIMIT_AS the doubling would otherwise give up with a
- * whole chunk's worth of room left). NULL when not even one arena can be
- * mapped, or malloc fails.
+ * Map a chunk of at most `narenas` arenas (address space only): fewer when a
+ * limit leaves room for fewer (RLIMIT_AS: as_room; a memory cgroup:
+ * mem_room_stacks) or the kernel refuses that many, halving down to one
+ * arena, and then one arena of fewer stacks, down to one stack: under a limit
+ * the doubling would otherwise give up with a whole chunk's worth of room
+ * left, and a map that gets no stack at all runs on its caller one element
+ * at a time. NULL when not even one stack can be mapped, or malloc fails.
  */
 static chunk *chunk_map(size_t narenas) {
-  size_t arena_len = pool.arena_stacks * pool.stride;
-  size_t room = as_room();
+  size_t per = pool.arena_stacks, room = SIZE_MAX;
+  size_t as = as_room(), fit = mem_room_stacks();
+  if (as != SIZE_MAX) room = as / pool.stride;
+  if (fit < room) room = fit;
   if (room != SIZE_MAX) {
-    if (room / arena_len < narenas) narenas = room / arena_len;
-    if (narenas == 0) return NULL;
-  }
-  size_t fit = mem_room_stacks();
-  if (fit != SIZE_MAX) {
-    if (fit / pool.arena_stacks < narenas) narenas = fit / pool.arena_stacks;
-    if (narenas == 0) return NULL;
+    if (room / per < narenas) narenas = room / per;
+    if (narenas == 0) {
+      if (room == 0) return NULL;
+      narenas = 1;
+      per = room;
+    }
   }
   char *m;
   for (;;) {
-    m = weft__mmap(NULL, narenas * arena_len, PROT_READ | PROT_WRITE,
+    m = weft__mmap(NULL, narenas * per * pool.stride, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (m != MAP_FAILED) break;
-    if (narenas == 1) return NULL;
-    narenas /= 2;
+    if (narenas > 1)
+      narenas /= 2;
+    else if (per > 1)
+      per /= 2;
+    else
+      return NULL;
   }
-  size_t len = narenas * arena_len;
+  size_t len = narenas * per * pool.stride;
   chunk *c = weft__calloc(1, sizeof *c + narenas * sizeof(arena *));
   if (!c) {
     munmap(m, len);
@@ -684,6 +693,7 @@ static chunk *chunk_map(size_t narenas) {
   c->len = len;
   c->gen = atomic_load_explicit(&pool.gen, memory_order_relaxed);
   c->narenas = (uint32_t)narenas;
+  c->arena_stacks = (uint32_t)per;
   return c;
 }
 
@@ -802,11 +812,11 @@ static arena *carve(void) {
   }
   uint32_t idx = c->ncarved++;
   if (c->ncarved == c->narenas) pool.cur = NULL;
-  c->taken += pool.arena_stacks; /* reserved: no unmap while we carve without the lock */
+  size_t n = c->arena_stacks;
+  c->taken += n; /* reserved: no unmap while we carve without the lock */
   chunk_recount_locked(c);
   pthread_mutex_unlock(&pool.lock);
 
-  size_t n = pool.arena_stacks;
   arena *a = weft__malloc(sizeof *a + n * sizeof(stack_slot));
   if (!a) {
     pthread_mutex_lock(&pool.lock);
