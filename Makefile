@@ -95,6 +95,18 @@ test-mpich: ci-deps | $(BUILD)
 	$(CMAKE) --build $(BUILD)/mpich -j $(JOBS)
 	cd $(BUILD)/mpich && $(CTEST) $(CTEST_FLAGS) -L 'mpi|fortran'
 
+# The soak (docs/reliability.md), in the test build: seeded random public calls with 1% of the calls at
+# every fault site failing. make soak [MINUTES=3 | SECONDS=N] [SEED=S] [FAULT_RATE=PPM] [SOAK_SKIP=...];
+.PHONY: soak
+MINUTES ?= 3
+SOAK_SKIP ?=
+soak: deps | $(BUILD)
+	$(call configure,test,-DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_TESTING=ON -DWEFT_WERROR=ON)
+	$(CMAKE) --build $(BUILD)/test -j $(JOBS) --target test_soak
+	$(BUILD)/test/tests/test_soak $(if $(SECONDS),--seconds $(SECONDS),--minutes $(MINUTES)) \
+	  $(if $(SEED),--seed $(SEED)) $(if $(FAULT_RATE),--fault-rate $(FAULT_RATE)) \
+	  $(if $(SOAK_SKIP),--skip $(SOAK_SKIP))
+
 test-aarch64: ci-deps | $(BUILD)
 	$(call configure,aarch64,-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_TESTING=ON -DWEFT_WERROR=ON -DWEFT_BUILD_BENCHMARKS=OFF \

@@ -53,6 +53,16 @@ void weft__fault_arm(uint32_t mask, unsigned long skip, bool sticky);
  * before the call it means (a parked fiber may resume on another carrier).
  */
 void weft__fault_arm_here(uint32_t mask, unsigned long skip, bool sticky);
+/*
+ * The random-rate mode (the soak): each call at a site in mask fails with
+ * probability per_million / 1,000,000, on every thread, until disarmed. The
+ * choice is a hash of the seed and the call's number since arming (no
+ * rand(), no lock), so one thread that makes the same calls sees the same
+ * faults again; across threads the numbering is the interleaving's.
+ */
+void weft__fault_arm_rate(uint32_t mask, uint32_t per_million, uint64_t seed);
+/* Faults injected at one site since the last arming, in any mode (0 for a site out of range). */
+unsigned long weft__fault_fired_at(enum weft__fault_site site);
 unsigned long weft__fault_disarm(void);
 #else
 static inline bool weft__fault(enum weft__fault_site site) {
