@@ -1734,7 +1734,6 @@ int weft__fibers_start(const weft__fiber_hooks *h) {
   __asm__ volatile("" : : "r"(weft__debug_layout) : "memory");
   atomic_store_explicit(&weft__coarse_now, weft__mono_ns(),
                         memory_order_relaxed); /* before the monitor's first look */
-  atomic_store(&rt.state, RT_RUNNING);         /* carriers check it as they start */
   for (unsigned i = 0; i < s.carriers; i++) {
     rc = weft__carrier_start_locked(false);
     if (rc < 0) break;
@@ -1745,9 +1744,15 @@ int weft__fibers_start(const weft__fiber_hooks *h) {
     rt.carriers = NULL;
     rt.cap = 0;
     weft__stack_fini();
-    atomic_store(&rt.state, RT_STOPPED);
     goto fail;
   }
+  /*
+   * RUNNING only once a carrier runs: a caller that saw it earlier took the
+   * fast path above, and a start that then failed for want of threads left
+   * the map source or fibers it had queued with no carrier to run them (a
+   * map that never returned, or -ESHUTDOWN; found by the soak).
+   */
+  atomic_store(&rt.state, RT_RUNNING);
   /*
    * Without its monitor the runtime still works; it just cannot compensate
    * for pinned carriers. One warning line at most, once, for both shortfalls.
