@@ -642,7 +642,12 @@ static int rx_keep(weft__urx *x, const unsigned char *src, size_t n) {
 /* A completion of s's receive on p's ring, delivered under the slot's lock. Returns waiters woken. */
 static int rx_deliver(ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool more,
                       const unsigned char *data, uint64_t tag) {
-  if (res > 0 && data) {
+  /*
+   * Once the stream has ended or broken (bytes that could not be kept:
+   * -ENOMEM), nothing that comes after may reach a reader: it would follow
+   * the hole as if it were the next bytes (found by the soak).
+   */
+  if (res > 0 && data && !x->end) {
     size_t n = (size_t)res, off = 0;
     rx_reader *rd = x->reader;
     /* Straight into the waiting reader's buffers: nothing is kept before it (it took what was). */
@@ -652,7 +657,7 @@ static int rx_deliver(ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool m
     }
     if (off < n && rx_keep(x, data + off, n - off) < 0 && !x->end) x->end = -ENOMEM;
   } else if (res == 0) {
-    x->end = 1;
+    if (!x->end) x->end = 1; /* an error not yet read stays the reader's to see */
   } else if (res == -EINVAL || res == -EOPNOTSUPP) {
     /* No multishot receive in this kernel (before 6.0): reads go the ordinary way from now on. */
     r->rx_off = true;
