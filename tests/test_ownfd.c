@@ -1160,6 +1160,68 @@ static int client_side(void *ctx, size_t i) {
   return 0;
 }
 
+/*
+ * The end of a Unix stream, read on a fiber (found by issue 29's soak):
+ * Linux 6.18's io_uring delivers every byte of an AF_UNIX stream through a
+ * multishot receive but, once some 33 completions have come in a row, never
+ * its end, so a reader that had all the bytes waited for ever (reproduced
+ * with liburing alone). weft reads Unix stream sockets with one-shot
+ * receives (fd.c's sock_kind). The main thread writes 96 KiB in chunks of
+ * 1 to 8192 bytes, then shuts its end: the fiber must read every byte, then 0.
+ */
+#define UNIX_EOF_BYTES (96 * 1024)
+typedef struct unix_eof {
+  weft_fd fd;
+  ssize_t total, last;
+} unix_eof;
+
+static void *unix_eof_reader(void *arg) {
+  unix_eof *u = arg;
+  char buf[6000];
+  int64_t d = weft_now_ns() + 10000000000LL;
+  for (;;) {
+    ssize_t r = weft_fd_read(u->fd, buf, sizeof buf, d);
+    u->last = r;
+    if (r <= 0) break;
+    u->total += r;
+  }
+  return NULL;
+}
+
+static void test_unix_stream_end(void) {
+  for (int round = 0; round < 8; round++) {
+    int sv[2];
+    CU_ASSERT_EQUAL_FATAL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    unix_eof rd = {{0}, 0, 0};
+    weft_fd wr;
+    CU_ASSERT_EQUAL_FATAL(weft_fd_open(sv[0], &rd.fd), 0);
+    CU_ASSERT_EQUAL_FATAL(weft_fd_open(sv[1], &wr), 0);
+    weft_future *fr;
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, unix_eof_reader, &rd, &fr), 0);
+    static char buf[8192];
+    uint64_t x = 88172645463325252ull + (uint64_t)round;
+    size_t put = 0;
+    while (put < UNIX_EOF_BYTES) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t chunk = 1 + (size_t)(x % sizeof buf);
+      if (chunk > UNIX_EOF_BYTES - put) chunk = UNIX_EOF_BYTES - put;
+      ssize_t w = weft_fd_write(wr, buf, chunk, weft_now_ns() + 10000000000LL);
+      CU_ASSERT_EQUAL_FATAL(w, (ssize_t)chunk);
+      put += chunk;
+    }
+    shutdown(weft_fd_native(wr), SHUT_WR);
+    CU_ASSERT_EQUAL(weft_future_get(fr, -1, NULL), 0);
+    CU_ASSERT_EQUAL(rd.total, UNIX_EOF_BYTES);
+    CU_ASSERT_EQUAL(rd.last, 0);
+    if (rd.last != 0)
+      fprintf(stderr, "\n  round %d: the reader's last read returned %zd after %zd bytes\n", round, rd.last,
+              rd.total);
+    weft_future_free(fr);
+    weft_fd_close(rd.fd);
+    weft_fd_close(wr);
+  }
+}
+
 static void test_many_on_one_carrier(void) {
   size_t n = weft_test_slow_env() ? 300 : 5000;
   struct rlimit rl;
@@ -1405,6 +1467,7 @@ int main(int argc, char **argv) {
       {"ring_reads", test_ring_reads},
       {"read_wait_after_write_wait", test_read_wait_after_write_wait},
       {"many_on_one_carrier", test_many_on_one_carrier},
+      {"unix_stream_end", test_unix_stream_end},
       {"across_restart", test_across_restart},
       {"behind_across_restart", test_behind_across_restart},
 #ifdef WEFT_TESTING

@@ -376,12 +376,19 @@ static int own(int fd, bool socket, bool tcp, bool stream, int inq, bool set_non
  * A socket's kind: a stream (SO_TYPE), whose ring reads may be a multishot
  * receive (poll/uring.h: bytes without boundaries can be kept for the next
  * read), and of those TCP (SO_PROTOCOL), whose short reads drain it
- * (poll/owned.h).
+ * (poll/owned.h). A Unix stream socket is not counted as a stream here: its
+ * reads are one-shot ring receives, as a datagram socket's. Linux 6.18's
+ * multishot receive on an AF_UNIX stream delivers every byte but, once some
+ * 33 completions have come in a row, never the end of the stream, so a
+ * fiber that had read every byte waited for ever (found by the soak,
+ * reproduced with liburing alone; test ownfd/unix_stream_end). TCP is not
+ * affected.
  */
 static void sock_kind(int fd, bool *tcp, bool *stream) {
-  int proto = 0, type = 0;
-  socklen_t l1 = sizeof proto, l2 = sizeof type;
-  *stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 && type == SOCK_STREAM;
+  int proto = 0, type = 0, domain = 0;
+  socklen_t l1 = sizeof proto, l2 = sizeof type, l3 = sizeof domain;
+  *stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 && type == SOCK_STREAM &&
+            !(getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l3) == 0 && domain == AF_UNIX);
   *tcp = *stream && getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l1) == 0 && proto == IPPROTO_TCP;
 }
 
