@@ -1283,7 +1283,7 @@ static bool cg_write(const char *file, const char *val) {
 /* Make a memory cgroup below this process's, limited to `bytes`; its folder in cg_dir. NULL or the reason. */
 static const char *cg_make(unsigned long bytes) {
   FILE *f = fopen("/proc/self/cgroup", "r");
-  char line[1024], v1[1024] = "", v2[1024] = "";
+  char line[1024], v1[768] = "", v2[768] = ""; /* a cgroup path; cg_dir holds it and a prefix */
   bool have_v2 = false;
   while (f && fgets(line, sizeof line, f)) {
     line[strcspn(line, "\n")] = '\0';
