@@ -891,6 +891,60 @@ static void test_armed_here(void) {
   CU_ASSERT_EQUAL(weft__fault_disarm(), 1);
 }
 
+/*
+ * A start that fails on one thread while another thread maps (found by the
+ * soak): weft__fibers_start stored RUNNING before it started the carriers,
+ * so a map on another thread took the fast path and queued its work; when
+ * no carrier could start, the runtime went back to STOPPED with that work
+ * queued and nothing to run it, and the map never returned. Here one thread
+ * tries to start the runtime over and over with every pthread_create of its
+ * own failing, while the main thread stops the runtime and runs a blocking
+ * map, 4,000 times; in a child, so that a hang is a timeout (the old code
+ * hung in 3 runs of 3 of the soak's version, and in 1 of 2 of this test with
+ * 2,000 rounds).
+ */
+static atomic_bool race_stop;
+
+static void *failing_starter(void *arg) {
+  (void)arg;
+  weft__fault_arm_here(SITE(WEFT__F_PTHREAD_CREATE), 0, true);
+  while (!atomic_load(&race_stop)) (void)weft_fibers_available();
+  return NULL;
+}
+
+static void start_race_child(void *arg) {
+  (void)arg;
+  pthread_t t;
+  if (pthread_create(&t, NULL, failing_starter, NULL) != 0) _exit(4);
+  int bad = 0, rounds = weft_test_slow_env() ? 300 : REL_SANITIZED ? 1000 : 4000;
+  for (int round = 0; round < rounds && !bad; round++) {
+    weft_shutdown();
+    counts c;
+    counts_init(&c, 8, 0);
+    int rc = weft_pmap(c.n, count_elem, &c, &blocking);
+    if (rc != 0 || counts_state(&c) != 1) {
+      printf("round %d: weft_pmap returned %d (%s), every element once: %d\n", round, rc, weft_strerror(rc),
+             counts_state(&c) == 1);
+      bad = 1;
+    }
+  }
+  atomic_store(&race_stop, true);
+  pthread_join(t, NULL);
+  weft__fault_disarm();
+  weft_shutdown();
+  if (bad) _exit(1);
+  rel_ok_exit();
+}
+
+static void test_start_race(void) {
+  if (!rel_can_fork()) return;
+  char err[4096], st[64];
+  int s = rel_child(start_race_child, NULL, 60, err, sizeof err);
+  if (!rel_child_ok(s, err))
+    fprintf(stderr, "\n  start race child: %s: %s\n", rel_status(s, st, sizeof st), err);
+  CU_ASSERT(rel_child_ok(s, err));
+}
+
 static void test_epoll_rearm(void) {
   if (!weft_test_fibers_expected()) return;
   weft_config c = weft_test_config();
@@ -1513,6 +1567,7 @@ int main(int argc, char **argv) {
       {"timer_no_memory", test_timer_no_memory},
       {"epoll_rearm", test_epoll_rearm},
       {"armed_here", test_armed_here},
+      {"start_race", test_start_race},
       {NULL, NULL},
   };
   int rc = weft_test_run(argc, argv, "faults", tests);
