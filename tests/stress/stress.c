@@ -1238,11 +1238,20 @@ static unsigned long progress_sum(void) {
   return s + (unsigned long)atomic_load(&g_ops_run);
 }
 
+/*
+ * Two ways a round can fail to end: no progress at all for g_watchdog_s
+ * (a lost wake-up), or progress that never finishes the round (a livelock:
+ * waits with short deadlines retried for ever keep the counters moving).
+ * The second is a round older than twice g_watchdog_s (240 s by default,
+ * within the suite's CTest limit of 300 s); CI once saw the
+ * stress suite under ThreadSanitizer run into its CTest timeout with the
+ * first watchdog silent (issue 29), and a report beats a timeout.
+ */
 static void *watchdog_main(void *p) {
   (void)p;
   unsigned long last = 0;
   unsigned last_round = (unsigned)-1;
-  int64_t since = weft_now_ns();
+  int64_t since = weft_now_ns(), round_since = since;
   pthread_mutex_lock(&wd_mu);
   while (!atomic_load(&wd_stop)) {
     struct timespec ts;
@@ -1251,23 +1260,30 @@ static void *watchdog_main(void *p) {
     pthread_cond_timedwait(&wd_cv, &wd_mu, &ts);
     unsigned long now = progress_sum();
     unsigned r = atomic_load(&g_round);
-    if (now != last || r != last_round) {
+    int64_t t = weft_now_ns();
+    if (r != last_round) round_since = t;
+    bool livelock = t - round_since >= 2 * (int64_t)g_watchdog_s * 1000 * MS;
+    if (!livelock && (now != last || r != last_round)) {
       last = now;
       last_round = r;
-      since = weft_now_ns();
+      since = t;
       continue;
     }
-    if (weft_now_ns() - since < (int64_t)g_watchdog_s * 1000 * MS) continue;
+    if (!livelock && t - since < (int64_t)g_watchdog_s * 1000 * MS) continue;
     weft__fiber_stats fs;
     weft__fiber_get_stats(&fs);
     weft__offload_stats os;
     weft__offload_get_stats(&os);
+    if (livelock)
+      fprintf(stderr, "\nstress: round %u still running after %u s, with progress (a livelock?)", r,
+              2 * g_watchdog_s);
+    else
+      fprintf(stderr, "\nstress: no progress for %u s", g_watchdog_s);
     fprintf(stderr,
-            "\nstress: no progress for %u s: seed=%llu round=%u (replay: WEFT_STRESS_SEED=%llu "
-            "WEFT_STRESS_ROUND=%u)\n"
+            ": seed=%llu round=%u (replay: WEFT_STRESS_SEED=%llu WEFT_STRESS_ROUND=%u)\n"
             "  fibers live %llu, carriers %u, offload threads %u (%u running, %u queued)\n",
-            g_watchdog_s, (unsigned long long)g_seed, r, (unsigned long long)g_seed, r,
-            (unsigned long long)fs.live, weft_carrier_count(), os.threads, os.running, os.queued);
+            (unsigned long long)g_seed, r, (unsigned long long)g_seed, r, (unsigned long long)fs.live,
+            weft_carrier_count(), os.threads, os.running, os.queued);
     int n = atomic_load(&g_nagents);
     for (int i = 0; i < n; i++)
       fprintf(stderr, "  agent %-18s op %-14s iteration %u\n", g_agents[i].name, atomic_load(&g_agents[i].op),
