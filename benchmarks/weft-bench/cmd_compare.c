@@ -223,20 +223,7 @@ typedef struct compare_opts_t {
 
 /* The environment's verdict as one line: "same environment: ..." or the fields that differ. */
 static void print_env(const wb_env_check *ec, bool allowed, FILE *f) {
-  wb_str fields = {0};
-  wb_env_checked_fields(ec, &fields);
-  if (ec->ndiffs == 0) {
-    fprintf(f, "same environment (%s); weft %s -> %s\n", fields.s ? fields.s : "",
-            ec->base_weft ? ec->base_weft : "?", ec->new_weft ? ec->new_weft : "?");
-  } else {
-    fprintf(f, "%s:\n",
-            allowed ? "different environment (compared anyway: --allow-different-env)"
-                    : "weft-bench compare: the runs were measured in different environments");
-    for (size_t i = 0; i < ec->ndiffs; i++)
-      fprintf(f, "  %s: base %s, new %s (%zu measurement%s)\n", ec->diffs[i].field, ec->diffs[i].base,
-              ec->diffs[i].neu, ec->diffs[i].pairs, ec->diffs[i].pairs == 1 ? "" : "s");
-  }
-  wb_str_free(&fields);
+  wb_env_print(ec, allowed, true, "weft-bench compare: the runs were measured in different environments", f);
 }
 
 /* The differing fields as a JSON object {field: {base, new}}. */

@@ -374,19 +374,7 @@ static pverdict judge_pair(const pmeas *m, size_t rounds, const pair_opts_t *o) 
 }
 
 static void print_env(const wb_env_check *ec, bool allowed, FILE *f) {
-  wb_str fields = {0};
-  wb_env_checked_fields(ec, &fields);
-  if (ec->ndiffs == 0) {
-    fprintf(f, "same environment (%s); weft %s -> %s\n", fields.s ? fields.s : "",
-            ec->base_weft ? ec->base_weft : "?", ec->new_weft ? ec->new_weft : "?");
-  } else {
-    fprintf(f, "%s:\n",
-            allowed ? "different environment (compared anyway: --allow-different-env)"
-                    : "weft-bench pair: BASE and NEW ran in different environments");
-    for (size_t i = 0; i < ec->ndiffs; i++)
-      fprintf(f, "  %s: base %s, new %s\n", ec->diffs[i].field, ec->diffs[i].base, ec->diffs[i].neu);
-  }
-  wb_str_free(&fields);
+  wb_env_print(ec, allowed, false, "weft-bench pair: BASE and NEW ran in different environments", f);
 }
 
 static int json_row(const pmeas *m, const pverdict *v, size_t rounds, const pair_opts_t *o,

@@ -122,6 +122,13 @@ typedef struct wb_env_check {
 void wb_env_check_pair(wb_env_check *c, const json_t *base_fp, const json_t *new_fp);
 /* "cpu_model, cores, ..." of the fields that were compared, into b. */
 int wb_env_checked_fields(const wb_env_check *c, wb_str *b);
+/*
+ * The environment's verdict, for compare and pair: "same environment (...)"
+ * or the fields that differ, each with how many measurements showed it when
+ * counts is set. refused is the line that says the sides differ when
+ * allowed is false ("weft-bench compare: the runs were ...").
+ */
+void wb_env_print(const wb_env_check *ec, bool allowed, bool counts, const char *refused, FILE *f);
 void wb_env_check_free(wb_env_check *c);
 
 /* ------------------------------------------------------------------------ */

@@ -145,6 +145,23 @@ int wb_env_checked_fields(const wb_env_check *c, wb_str *b) {
   return rc;
 }
 
+void wb_env_print(const wb_env_check *ec, bool allowed, bool counts, const char *refused, FILE *f) {
+  wb_str fields = {0};
+  wb_env_checked_fields(ec, &fields);
+  if (ec->ndiffs == 0) {
+    fprintf(f, "same environment (%s); weft %s -> %s\n", fields.s ? fields.s : "",
+            ec->base_weft ? ec->base_weft : "?", ec->new_weft ? ec->new_weft : "?");
+  } else {
+    fprintf(f, "%s:\n", allowed ? "different environment (compared anyway: --allow-different-env)" : refused);
+    for (size_t i = 0; i < ec->ndiffs; i++) {
+      fprintf(f, "  %s: base %s, new %s", ec->diffs[i].field, ec->diffs[i].base, ec->diffs[i].neu);
+      if (counts) fprintf(f, " (%zu measurement%s)", ec->diffs[i].pairs, ec->diffs[i].pairs == 1 ? "" : "s");
+      fputc('\n', f);
+    }
+  }
+  wb_str_free(&fields);
+}
+
 void wb_env_check_free(wb_env_check *c) {
   for (size_t i = 0; i < c->ndiffs; i++) {
     free(c->diffs[i].field);

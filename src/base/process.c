@@ -195,23 +195,7 @@ int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *
   return cpu == -2 ? 1 : 0;
 }
 
-size_t weft__as_room(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
-  char buf[4096];
-  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return SIZE_MAX;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return SIZE_MAX;
-  buf[n] = '\0';
-  const char *v = strstr(buf, "VmSize:");
-  uint64_t used = v ? (uint64_t)strtoull(v + 7, NULL, 10) * 1024 : 0, lim = rl.rlim_cur;
-  return used < lim ? (size_t)(lim - used) : 0;
-}
-
-/* A whole small file into buf (NUL-terminated); the bytes read, or -1. */
-static ssize_t slurp(const char *path, char *buf, size_t cap) {
+ssize_t weft__read_small(const char *path, char *buf, size_t cap) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   ssize_t n = read(fd, buf, cap - 1);
@@ -221,17 +205,28 @@ static ssize_t slurp(const char *path, char *buf, size_t cap) {
   return n;
 }
 
+size_t weft__as_room(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  char buf[4096];
+  if (weft__read_small("/proc/self/status", buf, sizeof buf) <= 0) return SIZE_MAX;
+  const char *v = strstr(buf, "VmSize:");
+  uint64_t used = v ? (uint64_t)strtoull(v + 7, NULL, 10) * 1024 : 0, lim = rl.rlim_cur;
+  return used < lim ? (size_t)(lim - used) : 0;
+}
+
 static bool read_u64(const char *dir, const char *file, uint64_t *out) {
   char path[512], buf[64];
   if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, file) >= sizeof path) return false;
-  if (slurp(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return false; /* "max": no limit */
+  if (weft__read_small(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9')
+    return false; /* "max": no limit */
   *out = strtoull(buf, NULL, 10);
   return true;
 }
 
 bool weft__mem_limit(uint64_t *limit, uint64_t *usage) {
   char cg[2048];
-  if (slurp("/proc/self/cgroup", cg, sizeof cg) <= 0) return false;
+  if (weft__read_small("/proc/self/cgroup", cg, sizeof cg) <= 0) return false;
   /* v1: "N:memory:/path" (memory may share its line with other controllers); v2: "0::/path". */
   for (char *line = cg, *next; line && *line; line = next) {
     next = strchr(line, '\n');

@@ -37,6 +37,9 @@ int weft__thread_start_on(pthread_t *t, size_t stack_size, int cpu, const char *
  */
 int weft__threads_alive(void);
 
+/* A small text file (/proc, /sys) into buf, NUL-terminated: the bytes read, or -1. */
+ssize_t weft__read_small(const char *path, char *buf, size_t cap);
+
 /*
  * Under a finite RLIMIT_AS (ulimit -v): the bytes of address space the limit
  * leaves the process now (the limit less its VmSize; 0 when it is over).

@@ -1051,17 +1051,6 @@ static int probe_madv_guard(void) {
   return ok;
 }
 
-/* Read a small text file into buf (NUL-terminated); the bytes read, or -1. */
-static ssize_t read_small(const char *path, char *buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, cap - 1);
-  close(fd);
-  if (n < 0) return -1;
-  buf[n] = '\0';
-  return n;
-}
-
 /* The process's mappings now: the lines of /proc/self/maps; -1 when it cannot be read. */
 static long count_mappings(void) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -1079,7 +1068,7 @@ static long count_mappings(void) {
 static size_t estimate_budget(void) {
   char buf[64];
   long max = 65530; /* the kernel's default, when /proc cannot tell */
-  if (read_small("/proc/sys/vm/max_map_count", buf, sizeof buf) > 0) {
+  if (weft__read_small("/proc/sys/vm/max_map_count", buf, sizeof buf) > 0) {
     long v = strtol(buf, NULL, 10);
     if (v > 0) max = v;
   }
@@ -1097,7 +1086,7 @@ static size_t estimate_budget(void) {
  */
 static bool thp_needs_nohuge(void) {
   char buf[128];
-  if (read_small("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return false;
+  if (weft__read_small("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return false;
   if (!strstr(buf, "[always]")) return false;
   struct utsname u;
   if (uname(&u) != 0) return true;
