@@ -1452,7 +1452,7 @@ int main(int argc, char **argv) {
   g_seed = clock_seed();
   const char *verbose = getenv("WEFT_SOAK_VERBOSE");
   g_verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* options come in pairs: --name value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return usage(argv[0]);
     char *rest = NULL;
@@ -1474,7 +1474,6 @@ int main(int argc, char **argv) {
     } else
       return usage(argv[0]);
     if (!rest || *rest || g_seconds < 0 || g_rate_ppm > 1000000) return usage(argv[0]);
-    i++;
   }
   if (REL_SANITIZED || weft_test_slow_env()) {
     g_scale = weft_test_slow_env() ? 10 : 2;
