@@ -126,14 +126,34 @@ int wb_hdb_open(const char *path, bool create, wb_hdb **out, char *err, size_t e
     goto fail;
   }
   sqlite3_busy_timeout(h->db, BUSY_TIMEOUT_MS);
-  /* Reading it first tells "not a database" apart from everything else, before anything is written. */
+  /*
+   * Reading it first tells "not a database" apart from everything else,
+   * before anything is written; a newer or foreign database is refused
+   * before WAL mode would change its header. One read transaction for both
+   * looks: between two separate reads, another writer's first add could
+   * commit its tables, and the version read before it (0) with the tables
+   * read after it looked like a foreign database.
+   */
   int v;
-  if ((rc = user_version(h, &v, err, errlen)) < 0) goto fail;
-  /* A newer or foreign database is refused before WAL mode would change its header. */
-  rc = check_schema(h, false, err, errlen);
+  bool in_tx = sqlite3_exec(h->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
+  if ((rc = user_version(h, &v, err, errlen)) == 0) rc = check_schema(h, false, err, errlen);
+  if (in_tx) sqlite3_exec(h->db, rc == 0 ? "COMMIT" : "ROLLBACK", NULL, NULL, NULL);
   if (rc == -ENOENT && create) rc = 0;
   if (rc < 0) goto fail;
-  if (create && sqlite3_exec(h->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) != SQLITE_OK) {
+  /*
+   * Two writers creating one file at once both switch it to WAL; the switch
+   * takes an exclusive lock, and SQLite answers the loser SQLITE_BUSY at once,
+   * without its busy handler (waiting could deadlock a connection that holds
+   * a shared lock). So the switch is tried again, for as long as the busy
+   * timeout: the winner's switch is quick, and after it the mode is WAL.
+   */
+  int wal = create ? SQLITE_BUSY : SQLITE_OK;
+  for (int waited = 0; wal == SQLITE_BUSY || wal == SQLITE_LOCKED; waited += 5) {
+    wal = sqlite3_exec(h->db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL);
+    if ((wal != SQLITE_BUSY && wal != SQLITE_LOCKED) || waited >= BUSY_TIMEOUT_MS) break;
+    sqlite3_sleep(5);
+  }
+  if (wal != SQLITE_OK) {
     rc = fail_db(h, "cannot switch to WAL", err, errlen);
     goto fail;
   }
