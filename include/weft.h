@@ -740,6 +740,31 @@ WEFT_EXTERN ssize_t weft_fd_read(weft_fd f, void *buf, size_t len, int64_t deadl
 WEFT_EXTERN ssize_t weft_fd_write(weft_fd f, const void *buf, size_t len, int64_t deadline_ns);
 /* One readv(2); all of the vectors for writev, as weft_fd_write. iovcnt 1 to IOV_MAX. */
 WEFT_EXTERN ssize_t weft_fd_readv(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns);
+/*
+ * A read without a copy: one read, as weft_fd_read, whose bytes weft lends
+ * instead of copying them into a buffer of the caller's. On success (n > 0)
+ * *data points at n bytes of the stream, which stay valid and unchanged
+ * until the caller calls weft_fd_read_done(f, used), exactly once: the first
+ * `used` bytes (at most n) are consumed, and the rest are what the next read
+ * or lend of f returns first. On a fiber whose carrier has the socket's
+ * multishot receive (WEFT_IO_URING=2, the default, a TCP stream), the bytes
+ * are the ring's own buffer when the fiber was waiting as they came; else
+ * weft reads into a buffer of the descriptor's (16 KiB) and lends that, one
+ * copy as weft_fd_read. Until weft_fd_read_done the descriptor stays open: a
+ * weft_fd_close meanwhile wakes the waiters and returns, and the descriptor
+ * closes at weft_fd_read_done (which is valid after the close). One lend at
+ * a time per descriptor: another lend meanwhile gets -EBUSY, a read meanwhile
+ * reads past the lent bytes. Returns n, 0 at end of file (nothing lent: no
+ * weft_fd_read_done), or the errors of weft_fd_read, -EINVAL (data NULL),
+ * -EBUSY, -ENOMEM. Any context, thread-safe.
+ */
+WEFT_EXTERN ssize_t weft_fd_read_lend(weft_fd f, const void **data, int64_t deadline_ns);
+/*
+ * The end of a lend (weft_fd_read_lend) of f: `used` bytes of it were
+ * consumed (more than were lent counts as all of them). Does nothing where
+ * no lend of f is outstanding. Any context; the thread or fiber that lent.
+ */
+WEFT_EXTERN void weft_fd_read_done(weft_fd f, size_t used);
 WEFT_EXTERN ssize_t weft_fd_writev(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns);
 /* Accept a connection as an owned descriptor (non-blocking, close-on-exec) in *out. 0 or -errno. */
 WEFT_EXTERN int weft_fd_accept(weft_fd listener, struct sockaddr *addr, socklen_t *addrlen, weft_fd *out,

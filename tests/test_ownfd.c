@@ -1,13 +1,14 @@
 /*
- * Suite "ownfd": owned descriptors (weft_fd_*): transfers, deadlines, EOF and
- * EPIPE on fibers and threads and between the two; close while fibers and
- * threads wait (every waiter gets -EBADF, the descriptor is closed after);
- * handles and descriptor numbers reused after close; one waiter per
+ * Suite "ownfd": owned descriptors (weft_fd_*): transfers, deadlines, EOF
+ * and EPIPE on fibers and threads and between the two; close while fibers
+ * and threads wait (every waiter gets -EBADF, the descriptor is closed
+ * after); handles and descriptor numbers reused after close; one waiter per
  * direction; cancellation; TCP accept and connect; 5,000 connections on one
  * carrier; a fiber's socket reads as io_uring receives where the carriers
  * wait in their rings, and a read wait after a registration for writing
- * only; faults injected in the calls that make an owned
- * descriptor, in its registration and in the ring's receive.
+ * only; lending reads (weft_fd_read_lend) and a close during one; faults
+ * injected in the calls that make an owned descriptor, in its registration
+ * and in the ring's receive.
  */
 #include "base/sys.h"
 #include "harness.h"
@@ -1126,6 +1127,124 @@ static void test_ring_reads(void) {
   if (off) CU_ASSERT_EQUAL(st.uring_waits, 0);
 }
 
+/* --- lending reads (weft_fd_read_lend) ------------------------------------------------------------------ */
+
+#define LEND_BYTES 30000
+static unsigned char lend_byte(size_t i) { return (unsigned char)(i * 7 + i / 251); }
+
+/* The writer of a lend test: LEND_BYTES patterned bytes in chunks of 700, 2 ms apart (the reader waits for
+ * most of them, so that a ring's buffer can be lent). */
+static void *lend_writer(void *arg) {
+  weft_fd w = *(weft_fd *)arg;
+  static unsigned char out[LEND_BYTES];
+  for (size_t i = 0; i < sizeof out; i++) out[i] = lend_byte(i);
+  for (size_t off = 0; off < sizeof out; off += 700) {
+    size_t n = sizeof out - off < 700 ? sizeof out - off : 700;
+    if (weft_fd_write(w, out + off, n, in_ms(5000)) != (ssize_t)n) return (void *)1;
+    weft_sleep_ns(2 * MS);
+  }
+  return NULL;
+}
+
+static void *lend_scenario(void *arg) {
+  bool *ring_lent = arg;
+  weft_fd w, r;
+  CHECK(1, tcp_owned_pair(&w, &r) == 0);
+  const void *d = NULL;
+  CHECK(2, weft_fd_read_lend(r, NULL, in_ms(10)) == -EINVAL);
+  CHECK(3, weft_fd_read_lend(r, &d, 0) == -ETIMEDOUT);
+  weft_fd_read_done(r, 5); /* no lend outstanding: nothing happens */
+  unsigned long lends0 = weft__fd_test_ring_lends();
+  /* Every byte, in order, through lends that consume all, a part or none of what they got, mixed with
+   * plain reads, which take what a lend left first. */
+  weft_future *fw;
+  CHECK(4, weft_future_start(WEFT_BLOCKING, lend_writer, &w, &fw) == 0);
+  size_t off = 0;
+  for (int k = 0; off < LEND_BYTES; k++) {
+    if (k % 5 == 4) {
+      unsigned char buf[300];
+      ssize_t n = weft_fd_read(r, buf, sizeof buf, in_ms(5000));
+      CHECK(5, n > 0);
+      for (ssize_t i = 0; i < n; i++) CHECK(6, buf[i] == lend_byte(off + (size_t)i));
+      off += (size_t)n;
+      continue;
+    }
+    ssize_t n = weft_fd_read_lend(r, &d, in_ms(5000));
+    CHECK(7, n > 0 && d != NULL);
+    const unsigned char *b = d;
+    for (ssize_t i = 0; i < n; i++) CHECK(8, b[i] == lend_byte(off + (size_t)i));
+    /* One lend at a time. */
+    if (k % 7 == 1) CHECK(9, weft_fd_read_lend(r, &d, 0) == -EBUSY);
+    size_t used = k % 3 == 0 ? (size_t)n : k % 3 == 1 ? (size_t)n / 2 : 0;
+    weft_fd_read_done(r, used);
+    off += used;
+  }
+  void *wr = (void *)1;
+  CHECK(10, weft_future_get(fw, in_ms(10000), &wr) == 0 && wr == NULL);
+  weft_future_free(fw);
+  *ring_lent = weft__fd_test_ring_lends() > lends0;
+  /* A close while a lend is outstanding: it returns, the lent bytes stay, the descriptor closes at the
+   * lend's end (the peer sees the end of the stream only then). */
+  CHECK(11, weft_fd_write(w, "tail", 4, in_ms(5000)) == 4);
+  ssize_t n = weft_fd_read_lend(r, &d, in_ms(5000));
+  CHECK(12, n > 0 && n <= 4 && memcmp(d, "tail", (size_t)n) == 0);
+  CHECK(13, weft_fd_close(r) == 0);
+  CHECK(14, weft_fd_read_lend(r, &d, 0) == -EBADF);
+  CHECK(15, memcmp(d, "tail", (size_t)n) == 0);
+  char c;
+  CHECK(16, weft_fd_read(w, &c, 1, in_ms(50)) == -ETIMEDOUT); /* still open */
+  weft_fd_read_done(r, (size_t)n);
+  CHECK(17, weft_fd_read(w, &c, 1, in_ms(5000)) == 0); /* closed now */
+  weft_fd_read_done(r, 1);                             /* after the close and the end: nothing */
+  /* The end of the stream: 0, nothing lent. */
+  weft_fd w2, r2;
+  CHECK(18, tcp_owned_pair(&w2, &r2) == 0);
+  CHECK(19, weft_fd_write(w2, "ab", 2, in_ms(5000)) == 2);
+  CHECK(20, weft_fd_close(w2) == 0);
+  n = weft_fd_read_lend(r2, &d, in_ms(5000));
+  CHECK(21, n >= 1 && memcmp(d, "ab", (size_t)n) == 0);
+  weft_fd_read_done(r2, 1);
+  /* What is left goes to poll and to the next read. */
+  CHECK(22, weft_fd_poll(r2, POLLIN, 0) & POLLIN);
+  CHECK(23, weft_fd_read(r2, &c, 1, in_ms(5000)) == 1 && c == 'b');
+  CHECK(24, weft_fd_read_lend(r2, &d, in_ms(5000)) == 0);
+  CHECK(25, weft_fd_close(r2) == 0);
+  CHECK(26, weft_fd_close(w) == 0);
+  /* A close while the rest of a lent ring buffer is held (no lend outstanding): the buffer goes back with
+   * the slot, and the peer sees the close. */
+  CHECK(27, tcp_owned_pair(&w2, &r2) == 0);
+  CHECK(28, weft_fd_read_lend(r2, &d, 0) == -ETIMEDOUT); /* nothing yet */
+  weft_future *fw2;
+  CHECK(29, weft_future_start(WEFT_BLOCKING, lend_writer, &w2, &fw2) == 0);
+  n = weft_fd_read_lend(r2, &d, in_ms(5000));
+  CHECK(30, n > 1 && ((const unsigned char *)d)[0] == lend_byte(0));
+  weft_fd_read_done(r2, 1);
+  CHECK(31, weft_fd_close(r2) == 0);
+  wr = (void *)1;
+  CHECK(32, weft_future_get(fw2, in_ms(10000), &wr) == 0); /* the writer ends (all written, or EPIPE) */
+  weft_future_free(fw2);
+  CHECK(33, weft_fd_close(w2) == 0);
+  return NULL;
+}
+
+static void test_lend(void) {
+  bool ring_lent = false;
+  CU_ASSERT_EQUAL(on_fiber(lend_scenario, &ring_lent), 0);
+  /* On a fiber with the multishot receives (the default), the ring's own buffers were lent. */
+  weft_info info;
+  CU_ASSERT_EQUAL_FATAL(weft_get_info(&info), 0);
+  const char *env = getenv("WEFT_IO_URING");
+  bool all = !env || strcmp(env, "2") == 0 || strcmp(env, "on") == 0;
+#ifdef WEFT_TESTING
+  if (weft_test_fibers_expected() && info.io_uring && all && !getenv("WEFT_MIGRATE")) CU_ASSERT(ring_lent);
+#endif
+  /* On a thread: the descriptor's own buffer, lent after a copy. */
+  CU_ASSERT_EQUAL((intptr_t)lend_scenario(&ring_lent), 0);
+  /* Every ring buffer lent went back (from another thread through its ring's owner: give it a moment). */
+  for (int i = 0; i < 200 && weft__fd_test_lent_buffers() != 0; i++) weft_test_sleep_ms(5);
+  CU_ASSERT_EQUAL(weft__fd_test_lent_buffers(), 0);
+}
+
 /* --- many connections on one carrier ------------------------------------------------------------------- */
 
 typedef struct conn {
@@ -1468,6 +1587,7 @@ int main(int argc, char **argv) {
       {"read_wait_after_write_wait", test_read_wait_after_write_wait},
       {"many_on_one_carrier", test_many_on_one_carrier},
       {"unix_stream_end", test_unix_stream_end},
+      {"lend", test_lend},
       {"across_restart", test_across_restart},
       {"behind_across_restart", test_behind_across_restart},
 #ifdef WEFT_TESTING

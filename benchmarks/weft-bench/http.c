@@ -454,12 +454,23 @@ static int read_response(wb_http_client *c, int fd, int64_t deadline, wb_http_re
   *got_any = false;
   while (!end) {
     if (have == sizeof buf) return fail(r, "response", -EMSGSIZE, "response head over %d bytes", RESP_BUF);
-    ssize_t n = wb_net_read(c->io, fd, buf + have, sizeof buf - have, deadline);
+    /* Lent where weft lends (wb_net_read_lend): only the head is copied into buf; the body that came with
+     * it stays lent for the loop below. */
+    const void *data;
+    ssize_t n = wb_net_read_lend(c->io, fd, buf + have, sizeof buf - have, &data, deadline);
     if (n < 0) return fail(r, "recv", (int)n, NULL);
     if (n == 0)
       return have == 0 ? fail(r, "recv", -ENODATA, "connection closed before the response")
                        : fail(r, "response", -EPROTO, "connection closed inside the response head");
     *got_any = true;
+    if (data != buf + have) {
+      size_t k = (size_t)n < sizeof buf - have ? (size_t)n : sizeof buf - have;
+      size_t e = have == 0 ? head_end(data, 0, k) : 0;
+      if (e) k = e; /* the whole head in one lend: the rest is the body's */
+      memcpy(buf + have, data, k);
+      wb_net_read_done(c->io, fd, k);
+      n = (ssize_t)k;
+    }
     size_t from = have > 3 ? have - 3 : 0;
     have += (size_t)n;
     end = head_end(buf, from, have);
@@ -509,14 +520,18 @@ static int read_response(wb_http_client *c, int fd, int64_t deadline, wb_http_re
   while (!framed || got < clen) {
     size_t want = sizeof buf;
     if (framed && clen - got < want) want = clen - got;
-    ssize_t n = wb_net_read(c->io, fd, buf, want, deadline);
+    /* The body is only counted (and summed with --checksum): lent, not copied, where weft lends. */
+    const void *data;
+    ssize_t n = wb_net_read_lend(c->io, fd, buf, want, &data, deadline);
     if (n < 0) return fail(r, "recv", (int)n, NULL);
     if (n == 0) {
       if (!framed) break; /* no Content-Length: the end of the stream ends the body */
       return fail(r, "response", -EBADMSG, "body ended after %zu of %zu bytes", got, clen);
     }
-    if (c->checksum) sum = wb_fnv1a(sum, buf, (size_t)n);
-    got += (size_t)n;
+    size_t k = (size_t)n < want ? (size_t)n : want;
+    if (c->checksum) sum = wb_fnv1a(sum, data, k);
+    wb_net_read_done(c->io, fd, k);
+    got += k;
   }
   r->body_len = got;
   r->body_sum = sum;

@@ -80,6 +80,17 @@ int wb_net_connect(wb_io io, const wb_addr *a, bool nodelay, int64_t timeout_ns,
  */
 ssize_t wb_net_read(wb_io io, int fd, void *buf, size_t len, int64_t deadline_ns);
 
+/*
+ * One read without a copy where the socket is an owned descriptor
+ * (weft_fd_read_lend): *data points at the count of bytes returned, which
+ * stay valid until wb_net_read_done(io, fd, used), called after every
+ * positive count; `used` of them are consumed and the rest come first in the
+ * next read. Elsewhere one read of at most len bytes into buf (*data = buf),
+ * whose bytes past `used` are dropped: ask for no more than will be used.
+ */
+ssize_t wb_net_read_lend(wb_io io, int fd, void *buf, size_t len, const void **data, int64_t deadline_ns);
+void wb_net_read_done(wb_io io, int fd, size_t used);
+
 /* Write all len bytes: 0 or a negative errno. SIGPIPE is never raised. */
 int wb_net_write_all(wb_io io, int fd, const void *buf, size_t len, int64_t deadline_ns);
 

@@ -304,6 +304,21 @@ ssize_t wb_net_read(wb_io io, int fd, void *buf, size_t len, int64_t deadline_ns
   }
 }
 
+ssize_t wb_net_read_lend(wb_io io, int fd, void *buf, size_t len, const void **data, int64_t deadline_ns) {
+  if (io == WB_IO_WEFT) {
+    weft_fd f = owned_get(fd);
+    if (f.id_) return weft_fd_read_lend(f, data, deadline_ns);
+  }
+  *data = buf;
+  return wb_net_read(io, fd, buf, len, deadline_ns);
+}
+
+void wb_net_read_done(wb_io io, int fd, size_t used) {
+  if (io != WB_IO_WEFT) return;
+  weft_fd f = owned_get(fd);
+  if (f.id_) weft_fd_read_done(f, used);
+}
+
 int wb_net_write_all(wb_io io, int fd, const void *buf, size_t len, int64_t deadline_ns) {
   const char *p = buf;
   while (len > 0) {

@@ -150,11 +150,23 @@ static ssize_t try_recv_inq(weft__oslot *s, rw_ctx *c) {
 }
 
 #ifdef WEFT_TESTING
-static atomic_ulong test_reads;
-#define TEST_READ() atomic_fetch_add_explicit(&test_reads, 1, memory_order_relaxed)
+static atomic_ulong test_reads, test_ring_lends;
+#define TEST_READ()      atomic_fetch_add_explicit(&test_reads, 1, memory_order_relaxed)
+#define TEST_RING_LEND() atomic_fetch_add_explicit(&test_ring_lends, 1, memory_order_relaxed)
 #else
-#define TEST_READ() ((void)0)
+#define TEST_READ()      ((void)0)
+#define TEST_RING_LEND() ((void)0)
 #endif
+
+long weft__fd_test_lent_buffers(void) { return weft__uring_test_lent(); }
+
+unsigned long weft__fd_test_ring_lends(void) {
+#ifdef WEFT_TESTING
+  return atomic_load_explicit(&test_ring_lends, memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
 
 unsigned long weft__fd_test_reads(void) {
 #ifdef WEFT_TESTING
@@ -222,11 +234,52 @@ static weft__oslot *enter(weft_fd f, int64_t deadline_ns, int *err) {
   return s;
 }
 
-static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_t total,
-                           int64_t deadline_ns) {
-  int err;
-  weft__oslot *s = enter(f, deadline_ns, &err);
-  if (!s) return err;
+static void lend_give_back(weft__oslot *s, weft__lend *l);
+
+/*
+ * Bytes a lend left (weft__lend), when no lend is outstanding: copied into
+ * iov; 0 when none. A ring's buffer whose bytes are all taken goes back.
+ */
+static size_t lend_take(weft__oslot *s, const struct iovec *iov, int iovcnt) {
+  weft__lend *l = atomic_load_explicit(&s->lend, memory_order_acquire);
+  if (!l) return 0;
+  size_t n = 0;
+  bool give = false;
+  weft__lock_acquire(&s->lock);
+  if (!l->lent && (l->len || l->ring_len)) {
+    bool ring = l->ring_len != 0;
+    const unsigned char *from = ring ? l->ring_at : l->buf + l->head;
+    size_t have = ring ? l->ring_len : l->len;
+    for (int i = 0; i < iovcnt && n < have; i++) {
+      size_t c = iov[i].iov_len < have - n ? iov[i].iov_len : have - n;
+      if (c) memcpy(iov[i].iov_base, from + n, c);
+      n += c;
+    }
+    if (ring) {
+      l->ring_at += n;
+      l->ring_len -= n;
+      /* All of it taken: the buffer goes back, marked lent until then (a lend meanwhile waits its turn). */
+      if (!l->ring_len) {
+        give = true;
+        l->lent = SIZE_MAX;
+      }
+    } else {
+      l->head += n;
+      l->len -= n;
+      if (!l->len) l->head = 0;
+    }
+  }
+  weft__lock_release(&s->lock);
+  if (give) lend_give_back(s, l);
+  return n;
+}
+
+/*
+ * A read of slot s (the caller holds a reference). With `lent` (a lend), a
+ * ring's buffer may be lent instead of a copy in iov: *lent says where.
+ */
+static ssize_t read_slot(weft__oslot *s, const struct iovec *iov, int iovcnt, size_t total,
+                         int64_t deadline_ns, const void **lent) {
   /*
    * A stream socket: its reads are a multishot receive on a carrier's ring
    * once a fiber on a carrier that reads sockets through its ring has read
@@ -236,11 +289,10 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
    */
   if (s->stream) {
     weft__fiber *me = weft__parkable_self();
-    int64_t rr = weft__uring_rx_read(me ? weft__fiber_poller(me) : NULL, s, iov, iovcnt, deadline_ns);
-    if (rr != -ENOSYS) {
-      weft__owned_release(s);
-      return (ssize_t)rr;
-    }
+    weft__poller *p = me ? weft__fiber_poller(me) : NULL;
+    int64_t rr = lent ? weft__uring_rx_lend(p, s, iov, iovcnt, deadline_ns, lent)
+                      : weft__uring_rx_read(p, s, iov, iovcnt, deadline_ns);
+    if (rr != -ENOSYS) return (ssize_t)rr;
   }
   /*
    * Another socket's read on a fiber (a datagram's): a receive on its
@@ -253,10 +305,7 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
     weft__fiber_stay(self, true); /* the request is on this carrier's ring */
     int64_t rr = weft__uring_recv(weft__fiber_poller(self), s, iov, iovcnt, deadline_ns);
     weft__fiber_stay(self, false);
-    if (rr != -ENOSYS) {
-      weft__owned_release(s);
-      return (ssize_t)rr;
-    }
+    if (rr != -ENOSYS) return (ssize_t)rr;
   }
   rw_ctx c = {iov, iovcnt, -1};
   unsigned seen = 0;
@@ -272,6 +321,17 @@ static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_
     atomic_store_explicit(&s->rd.empty_at, seen, memory_order_relaxed);
     atomic_store_explicit(&s->rd.empty, true, memory_order_relaxed);
   }
+  return r;
+}
+
+static ssize_t readv_owned(weft_fd f, const struct iovec *iov, int iovcnt, size_t total,
+                           int64_t deadline_ns) {
+  int err;
+  weft__oslot *s = enter(f, deadline_ns, &err);
+  if (!s) return err;
+  /* What a lend's caller left comes first. */
+  ssize_t r = total ? (ssize_t)lend_take(s, iov, iovcnt) : 0;
+  if (r == 0) r = read_slot(s, iov, iovcnt, total, deadline_ns, NULL);
   weft__owned_release(s);
   return r;
 }
@@ -432,6 +492,144 @@ ssize_t weft_fd_read(weft_fd f, void *buf, size_t len, int64_t deadline_ns) {
   return readv_owned(f, &v, 1, len, deadline_ns);
 }
 
+/*
+ * Lending reads. A slot's weft__lend (poll/owned.h) keeps what a lend's
+ * caller left: the rest of a ring's buffer, still held (ring_at, ring_len),
+ * or bytes in its own buffer, which a lend fills where no ring buffer can be
+ * lent, either by taking the bytes the slot's receive kept (the two buffers
+ * change places: uring.h) or by reading into it (LEND_BUF bytes, made then:
+ * a slot whose lends are all ring buffers never has one). A lend holds a
+ * reference on the slot until weft_fd_read_done, so that a close meanwhile
+ * leaves the lent bytes alone: the descriptor closes when the lend is done,
+ * and a ring buffer still held then goes back with the slot (owned.c).
+ */
+#define LEND_BUF 16384
+
+static weft__lend *lend_get(weft__oslot *s) {
+  weft__lend *l = atomic_load_explicit(&s->lend, memory_order_acquire);
+  if (l) return l;
+  weft__lend *n = weft__calloc(1, sizeof *n);
+  if (!n) return NULL;
+  weft__lend *none = NULL;
+  if (!atomic_compare_exchange_strong(&s->lend, &none, n)) weft__free(n);
+  return atomic_load(&s->lend);
+}
+
+/* The ring buffer that l held goes back; l was marked lent (SIZE_MAX) by the caller, and is not after. */
+static void lend_give_back(weft__oslot *s, weft__lend *l) {
+  weft__uring_rx_lend_done(s);
+  weft__lock_acquire(&s->lock);
+  l->ring_at = NULL;
+  l->ring_len = 0;
+  l->lent = 0;
+  l->lent_ring = false;
+  weft__lock_release(&s->lock);
+}
+
+ssize_t weft_fd_read_lend(weft_fd f, const void **data, int64_t deadline_ns) {
+  if (!data) return -EINVAL;
+  int err;
+  weft__oslot *s = enter(f, deadline_ns, &err);
+  if (!s) return err;
+  weft__lend *l = lend_get(s);
+  if (!l) {
+    weft__owned_release(s);
+    return -ENOMEM;
+  }
+  weft__lock_acquire(&s->lock);
+  if (l->lent) { /* one lend at a time */
+    weft__lock_release(&s->lock);
+    weft__owned_release(s);
+    return -EBUSY;
+  }
+  /* What an earlier lend left comes first, where it is. */
+  if (l->ring_len || l->len) {
+    bool ring = l->ring_len != 0;
+    l->lent = ring ? l->ring_len : l->len;
+    l->lent_ring = ring;
+    *data = ring ? l->ring_at : l->buf + l->head;
+    ssize_t n = (ssize_t)l->lent;
+    weft__lock_release(&s->lock);
+    return n; /* the reference stays with the lend */
+  }
+  /* Marked lent while it reads, so that a second lend says -EBUSY and reads leave the lend alone. */
+  l->lent = SIZE_MAX;
+  l->head = 0;
+  weft__lock_release(&s->lock);
+  ssize_t r = -ENOSYS;
+  const void *ring = NULL;
+  if (s->stream) {
+    /* No buffer of ours needed: a ring's buffer is lent, or the kept bytes change places with ours. */
+    weft__fiber *me = weft__parkable_self();
+    struct iovec none = {NULL, 0};
+    r = (ssize_t)weft__uring_rx_lend(me ? weft__fiber_poller(me) : NULL, s, &none, 1, deadline_ns, &ring);
+  }
+  if (r == -ENOSYS && !l->buf) {
+    l->buf = weft__malloc(LEND_BUF);
+    if (l->buf) l->cap = LEND_BUF;
+  }
+  if (r == -ENOSYS) {
+    if (l->buf) {
+      struct iovec v = {l->buf, l->cap};
+      r = read_slot(s, &v, 1, l->cap, deadline_ns, NULL);
+    } else {
+      r = -ENOMEM;
+    }
+  }
+  weft__lock_acquire(&s->lock);
+  if (r > 0 && ring) {
+    l->ring_at = ring;
+    l->ring_len = (size_t)r;
+    l->lent_ring = true;
+    *data = ring;
+    TEST_RING_LEND();
+  } else if (r > 0) {
+    /* Read into our buffer, or our buffer and the slot's changed places (head and len set then). */
+    if (!l->len) {
+      l->head = 0;
+      l->len = (size_t)r;
+    }
+    l->lent_ring = false;
+    *data = l->buf + l->head;
+  }
+  l->lent = r > 0 ? (size_t)r : 0;
+  weft__lock_release(&s->lock);
+  if (r <= 0) weft__owned_release(s);
+  return r;
+}
+
+void weft_fd_read_done(weft_fd f, size_t used) {
+  /* The lend's reference keeps the slot (and its generation) even after a close: no acquire here. */
+  uint32_t low = (uint32_t)f.id_;
+  weft__oslot *s = low ? weft__owned_at(low - 1) : NULL;
+  if (!s || atomic_load(&s->gen) != (unsigned)(f.id_ >> 32)) return;
+  weft__lend *l = atomic_load_explicit(&s->lend, memory_order_acquire);
+  if (!l) return;
+  weft__lock_acquire(&s->lock);
+  size_t n = l->lent;
+  if (n == 0 || n == SIZE_MAX) { /* no lend outstanding (or one still reading): nothing to do */
+    weft__lock_release(&s->lock);
+    return;
+  }
+  if (used > n) used = n;
+  bool give = false;
+  if (l->lent_ring) {
+    /* The rest stays in the ring's buffer, held for the next read; all of it used: the buffer goes back
+     * (marked lent until then). */
+    l->ring_at += used;
+    l->ring_len -= used;
+    give = l->ring_len == 0;
+  } else {
+    l->head += used;
+    l->len -= used;
+    if (!l->len) l->head = 0;
+  }
+  l->lent = give ? SIZE_MAX : 0;
+  weft__lock_release(&s->lock);
+  if (give) lend_give_back(s, l);
+  weft__owned_release(s); /* the lend's reference: a close that came meanwhile closes now */
+}
+
 ssize_t weft_fd_readv(weft_fd f, const struct iovec *iov, int iovcnt, int64_t deadline_ns) {
   size_t total;
   if (!iov_ok(iov, iovcnt, &total)) return -EINVAL;
@@ -521,6 +719,16 @@ int weft_fd_connect(weft_fd f, const struct sockaddr *addr, socklen_t addrlen, i
   return rc;
 }
 
+/* Bytes that a lend's caller left, to be read (weft_fd_poll: readable)? */
+static bool lend_ready(weft__oslot *s) {
+  weft__lend *l = atomic_load_explicit(&s->lend, memory_order_acquire);
+  if (!l) return false;
+  weft__lock_acquire(&s->lock);
+  bool ready = (l->len || l->ring_len) && !l->lent;
+  weft__lock_release(&s->lock);
+  return ready;
+}
+
 int weft_fd_poll(weft_fd f, short events, int64_t deadline_ns) {
   bool rd = events & POLLIN, wr = events & POLLOUT;
   if (rd == wr) return -EINVAL; /* exactly one direction */
@@ -531,7 +739,7 @@ int weft_fd_poll(weft_fd f, short events, int64_t deadline_ns) {
   for (;;) {
     unsigned seen = atomic_load(wr ? &s->wr.edges : &s->rd.edges);
     /* Bytes (or the end) that a multishot receive took from the socket are still to be read. */
-    if (rd && weft__uring_rx_ready(s)) {
+    if (rd && (weft__uring_rx_ready(s) || lend_ready(s))) {
       rc = POLLIN;
       break;
     }

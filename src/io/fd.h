@@ -12,5 +12,9 @@
  * descriptor is known empty makes none.
  */
 unsigned long weft__fd_test_reads(void);
+/* Lends (weft_fd_read_lend) that lent a ring's own buffer (WEFT_TESTING builds; else 0). */
+unsigned long weft__fd_test_ring_lends(void);
+/* Ring buffers lent and not given back yet, every ring (WEFT_TESTING builds; else 0). */
+long weft__fd_test_lent_buffers(void);
 
 #endif /* WEFT_IO_FD_H */

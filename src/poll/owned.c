@@ -108,6 +108,14 @@ int weft__owned_new(int fd, bool socket, bool tcp, bool inq, bool stream, uint64
   s->inq = inq;
   s->stream = stream;
   weft__uring_rx_reset(s);
+  weft__lend *l = atomic_load_explicit(&s->lend, memory_order_acquire);
+  if (l) {
+    l->head = l->len = 0;
+    l->ring_at = NULL;
+    l->ring_len = 0;
+    l->lent = 0;
+    l->lent_ring = false;
+  }
   atomic_store(&s->wb, NULL);
   atomic_store(&s->wb_err, 0);
   s->wb_waiter = NULL;
@@ -158,6 +166,8 @@ static void owned_final(weft__oslot *s) {
     weft__epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
   /* A multishot receive in a ring holds the socket open: end it, or the peer never sees the close. */
   weft__uring_rx_final(s);
+  /* A ring buffer that a lend's caller left bytes in (io/fd.c) goes back to its ring. */
+  weft__uring_rx_lend_done(s);
   /* A write that went behind names the descriptor by number until its ring has submitted it: that ring's
    * carrier may take the close over. On Linux the descriptor is gone even when close reports EINTR or EIO:
    * nothing to retry. */

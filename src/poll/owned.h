@@ -56,6 +56,24 @@ typedef struct weft__odir {
   atomic_uint_fast32_t revents; /* the POLL* bits of the last edge, for weft_fd_poll */
 } weft__odir;
 
+/*
+ * A read lent to its caller (weft_fd_read_lend, io/fd.c): the bytes lent,
+ * and the bytes taken from the descriptor that no call has consumed yet,
+ * which every read and lend of the slot takes first: the rest of a ring's
+ * buffer still held (uring.h, weft__uring_rx_lend), or bytes in buf (what a
+ * lend read there, or the receive's kept bytes, taken by exchanging
+ * buffers). Made by the slot's first lend and kept with the slot; its fields
+ * are under the slot's lock.
+ */
+typedef struct weft__lend {
+  unsigned char *buf; /* kept bytes: buf[head, head + len); cap bytes (NULL until needed) */
+  size_t head, len, cap;
+  const unsigned char *ring_at; /* the held ring buffer's bytes not yet consumed: ring_len of them */
+  size_t ring_len;
+  size_t lent;    /* bytes lent now; 0 none; SIZE_MAX while a lend reads or a ring buffer goes back */
+  bool lent_ring; /* the lent bytes are the ring buffer's (ring_at), else buf's (buf + head) */
+} weft__lend;
+
 typedef struct weft__oslot {
   weft__lock lock;                  /* guards the waiters (WEFT__LOCK_OBJECT) */
   atomic_uint gen;                  /* generation: bumped when the slot is freed */
@@ -66,6 +84,7 @@ typedef struct weft__oslot {
   bool inq;                         /* TCP_INQ is on: a read (recvmsg) says what it left in the queue */
   bool stream;                      /* a stream socket: its ring reads may be a multishot receive (uring.h) */
   weft__urx *_Atomic rx;            /* that receive's state and the bytes it delivered early (uring.c) */
+  weft__lend *_Atomic lend;         /* reads lent to the caller (io/fd.c), or NULL before the first */
   atomic_bool rd_odd;               /* an edge said urgent data, end of stream, hang-up or error: sticky */
   atomic_int reg_epfd;              /* the epoll it is registered with, -1 none (or registering: -2) */
   atomic_uint reg_epoch;            /* weft__owned_epoch() when it was registered */

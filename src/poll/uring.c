@@ -41,13 +41,25 @@
  * buffers (NBUFS of BUFSZ, a buffer ring registered at setup). Each
  * completion carries a buffer; the carrier, under the slot's lock, copies
  * its bytes into the vectors of the reader waiting (rx_reader, registered in
- * the slot like a ring receive's waiter) or keeps them in the slot (struct
- * weft__urx), wakes the reader, and gives the buffer back at the end of the
- * reap. A reader may run on any carrier, or be a thread: the bytes come to
- * it, so it does not stay on the ring's carrier. The request ends (a
- * completion without F_MORE) at the end of the stream, on an error, when the
- * buffers ran out (ENOBUFS: the next read arms it again), or when we cancel
- * it: more than RX_MAX kept, a close, or the carrier leaving.
+ * the slot like a ring receive's waiter; a reader already woken and not yet
+ * run is still filled) or keeps them in the slot (struct weft__urx), wakes
+ * the reader, and gives the buffer back at the end of the reap. A reader may
+ * run on any carrier, or be a thread: the bytes come to it, so it does not
+ * stay on the ring's carrier. The request ends (a completion without F_MORE)
+ * at the end of the stream, on an error, when the buffers ran out (ENOBUFS:
+ * the next read arms it again), or when we cancel it: more than RX_MAX kept,
+ * a close, or the carrier leaving.
+ *
+ * Lends (weft_fd_read_lend, io/fd.c). A reader that borrows, waiting on the
+ * ring's own thread when the bytes come, is lent the completion's buffer
+ * itself: the carrier leaves it out of the ring (r->lent counts it), the
+ * slot records it (x->lent), and weft_fd_read_done gives it back, at once on
+ * the owner's thread, else (a fiber that moved) through the owner's queue of
+ * requests (`gives`). What comes after it is kept in the slot as before, and
+ * a lend takes kept bytes by exchanging the slot's buffer with the lend's,
+ * so a response larger than a buffer is copied once, by the carrier, and
+ * never into the reader's own memory. A ring that goes while one of its
+ * buffers is lent leaves its buffers mapped.
  *
  * Writes behind (WEFT_WRITE_BEHIND, uring.h). A fiber's small write of a
  * TCP socket is copied into a wbuf and queued as a send with MSG_WAITALL
@@ -113,10 +125,26 @@
 #define TAG_GEN_MASK 0xffffffu
 /* A write that went behind (TAG_WB | the address of its wbuf). */
 #define TAG_WB (1ull << 61)
-/* Provided buffers of a ring, for the multishot receives: NBUFS of BUFSZ bytes, group BGID. */
+/*
+ * Provided buffers of a ring, for the multishot receives: NBUFS of BUFSZ
+ * bytes, group BGID. A completion carries at most one buffer, so BUFSZ
+ * sets how many completions (each a reap step, a slot lock, an edge and a
+ * wake-up) a larger message costs: at 2 KiB a 9 KiB HTTP response took
+ * five, and weft's own CPU a request was about twice what one takes
+ * (docs/benchmarks.md, section 19). The pages are touched only as far as
+ * bytes land in them: a 64-byte message uses one line of its buffer.
+ */
 #define NBUFS 1024u
-#define BUFSZ 2048u
+#define BUFSZ 16384u
 #define BGID  0
+/*
+ * Buffers a ring lends at most (weft__uring_rx_lend). A buffer stays lent
+ * until its reader runs, and thousands of readers may be woken before the
+ * first of them runs: lending every buffer would empty the ring (its
+ * receives then end with ENOBUFS, measured: 1.5 million of them in an echo
+ * of 9,000 connections). Beyond this the bytes are kept as for any reader.
+ */
+#define LEND_MAX (NBUFS / 4)
 /* Bytes a slot keeps for its next read before its receive is ended (and armed again by a read). */
 #define RX_MAX (256u * 1024u)
 
@@ -132,6 +160,7 @@ typedef struct ring {
   unsigned char *bufs;          /* NBUFS buffers of BUFSZ */
   int returned;                 /* buffers given back in this reap, made visible at its end */
   size_t rx_armed;              /* multishot receives armed here whose last completion has not come */
+  size_t lent;                  /* buffers lent to readers (weft__uring_rx_lend), not yet given back */
   size_t wb_armed;              /* writes behind queued or in flight here */
   bool quiescing;               /* the carrier is leaving (weft__uring_quiesce): its epoll is not looked at */
   bool rx_off;                  /* the kernel refused a multishot receive: none is armed here again */
@@ -151,6 +180,8 @@ typedef struct rx_cancel {
   bool waits;     /* another thread: it waits on w, else it looks at `done` */
   bool done;      /* the cancel completed: the receive takes no more bytes */
   bool closes;    /* not a cancel: close fd once what is queued went in, then free this (heap) */
+  bool gives;     /* not a cancel: give buffer `bid` back to the ring (a lend done elsewhere), free this */
+  unsigned short bid;
   int fd;
   struct rx_cancel *next; /* in the poller's list */
 } rx_cancel;
@@ -169,7 +200,11 @@ typedef struct rx_reader {
   weft__waiter w;
   const struct iovec *iov;
   int iovcnt;
-  size_t got; /* bytes copied in */
+  size_t got;         /* bytes copied in, or lent */
+  bool woken;         /* woken already: until it runs (and leaves x->reader) the carrier goes on filling it */
+  weft__poller *lend; /* it may be lent a buffer of this poller's ring (weft__uring_rx_lend), or NULL */
+  const unsigned char *ring_data; /* the buffer lent to it (got bytes), or NULL */
+  unsigned short bid;             /* that buffer's id */
 } rx_reader;
 
 /* A slot's multishot receive (owned.h: s->rx), under the slot's lock. */
@@ -182,6 +217,12 @@ struct weft__urx {
   rx_reader *reader;  /* the reader waiting, or NULL */
   unsigned char *buf; /* kept bytes: buf[head, head + len) */
   size_t head, len, cap;
+  /* A ring buffer lent to the caller of a lend (weft__uring_rx_lend) until weft__uring_rx_lend_done: its
+   * bytes (NULL: none), its id, the ring's poller and the epoch it was lent in. */
+  const unsigned char *lent;
+  unsigned short lent_bid;
+  weft__poller *lent_on;
+  unsigned lent_epoch;
 };
 
 typedef struct uop {
@@ -204,6 +245,21 @@ uint64_t weft__uring_ring_waits(void) { return atomic_load_explicit(&ring_waits,
 uint64_t weft__uring_recvs(void) { return atomic_load_explicit(&recvs, memory_order_relaxed); }
 uint64_t weft__uring_sends(void) { return atomic_load_explicit(&sends, memory_order_relaxed); }
 uint64_t weft__uring_sends_behind(void) { return atomic_load_explicit(&behind, memory_order_relaxed); }
+
+#ifdef WEFT_TESTING
+static atomic_long test_lent; /* buffers lent by every ring, not given back yet */
+#define TEST_LENT(d) atomic_fetch_add_explicit(&test_lent, (d), memory_order_relaxed)
+#else
+#define TEST_LENT(d) ((void)0)
+#endif
+
+long weft__uring_test_lent(void) {
+#ifdef WEFT_TESTING
+  return atomic_load_explicit(&test_lent, memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
 
 static void count_submit(ring *r) {
   if (io_uring_sq_ready(&r->ring)) atomic_fetch_add_explicit(&submissions, 1, memory_order_relaxed);
@@ -322,7 +378,9 @@ static void br_setup(ring *r) {
 static void br_free(ring *r) {
   if (!r->br) return;
   munmap(r->br, NBUFS * sizeof(struct io_uring_buf));
-  munmap(r->bufs, (size_t)NBUFS * BUFSZ);
+  /* A buffer still lent (a fiber that moved to another carrier, or one that never said it was done) stays
+   * readable: the buffers are left mapped. */
+  if (!r->lent) munmap(r->bufs, (size_t)NBUFS * BUFSZ);
   r->br = NULL;
   r->bufs = NULL;
 }
@@ -641,7 +699,7 @@ static int rx_keep(weft__urx *x, const unsigned char *src, size_t n) {
 
 /* A completion of s's receive on p's ring, delivered under the slot's lock. Returns waiters woken. */
 static int rx_deliver(ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool more,
-                      const unsigned char *data, uint64_t tag) {
+                      const unsigned char *data, unsigned bid, uint64_t tag, bool *held) {
   /*
    * Once the stream has ended or broken (bytes that could not be kept:
    * -ENOMEM), nothing that comes after may reach a reader: it would follow
@@ -650,10 +708,22 @@ static int rx_deliver(ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool m
   if (res > 0 && data && !x->end) {
     size_t n = (size_t)res, off = 0;
     rx_reader *rd = x->reader;
-    /* Straight into the waiting reader's buffers: nothing is kept before it (it took what was). */
-    if (rd && x->len == 0) {
-      off = iov_put(rd->iov, rd->iovcnt, rd->got, data, n);
-      rd->got += off;
+    /* Straight into the waiting reader's buffers: nothing is kept before it (it took what was). A reader
+     * that borrows (a lend) is lent the buffer itself, when it is the first bytes it gets; what comes
+     * after that buffer is kept. */
+    if (rd && x->len == 0 && !rd->ring_data) {
+      if (rd->lend && rd->got == 0 && r->lent < LEND_MAX) {
+        rd->ring_data = data;
+        rd->bid = (unsigned short)bid;
+        off = n;
+        rd->got = n;
+        *held = true;
+        r->lent++;
+        TEST_LENT(1);
+      } else {
+        off = iov_put(rd->iov, rd->iovcnt, rd->got, data, n);
+        rd->got += off;
+      }
     }
     if (off < n && rx_keep(x, data + off, n - off) < 0 && !x->end) x->end = -ENOMEM;
   } else if (res == 0) {
@@ -676,10 +746,16 @@ static int rx_deliver(ring *r, weft__oslot *s, weft__urx *x, int32_t res, bool m
       x->cancelling = true;
     }
   }
+  /*
+   * The reader is woken once; it stays in x->reader until it runs and takes
+   * the lock again, so that the completions reaped before then (the rest of
+   * a response larger than a buffer) go straight into its vectors too, and
+   * not through the slot's kept bytes: one copy, not two.
+   */
   int woken = 0;
   rx_reader *rd = x->reader;
-  if (rd && (rd->got || x->len || x->end || !x->on)) {
-    x->reader = NULL;
+  if (rd && !rd->woken && (rd->got || x->len || x->end || !x->on)) {
+    rd->woken = true;
     if (s->rd.ring == &rd->w) s->rd.ring = NULL;
     woken += weft__waiter_wake(&rd->w) ? 1 : 0;
   }
@@ -699,17 +775,18 @@ static int rx_event(weft__poller *p, ring *r, uint64_t tag, int32_t res, uint32_
   }
   if (!more) r->rx_armed--;
   int woken = 0;
+  bool held = false;
   weft__oslot *s = weft__owned_at((uint32_t)tag);
   if (s) {
     weft__lock_acquire(&s->lock);
     weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
     /* A completion of the slot's earlier descriptor (closed since) concerns nobody. */
     if (x && x->on == p && (atomic_load(&s->gen) & TAG_GEN_MASK) == ((tag >> 32) & TAG_GEN_MASK))
-      woken = rx_deliver(r, s, x, res, more, data, tag);
+      woken = rx_deliver(r, s, x, res, more, data, bid, tag, &held);
     weft__lock_release(&s->lock);
   }
-  /* The buffer goes back to the kernel (visible at the end of the reap). */
-  if (data && r->br)
+  /* The buffer goes back to the kernel (visible at the end of the reap), unless it was lent. */
+  if (data && r->br && !held)
     io_uring_buf_ring_add(r->br, (void *)data, BUFSZ, (unsigned short)bid, io_uring_buf_ring_mask(NBUFS),
                           r->returned++);
   return woken;
@@ -745,8 +822,9 @@ static size_t rx_take(weft__urx *x, const struct iovec *iov, int iovcnt) {
   return n;
 }
 
-int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
-                            int64_t deadline_ns) {
+/* weft__uring_rx_read, and with `lent` weft__uring_rx_lend. */
+static int64_t rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                       int64_t deadline_ns, const void **lent) {
   ring *r = p && weft__uring_sockets(p) ? p->uring : NULL;
   if (r && (!r->br || r->rx_off || weft__fault(WEFT__F_URING))) r = NULL;
   /* Made once per slot, by the first reader that can arm a receive, and kept with the slot. */
@@ -768,6 +846,21 @@ int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec 
       break;
     }
     if (x->len) {
+      /* A lend takes the kept bytes whole: the slot's buffer and the lend's change places (no copy). */
+      weft__lend *l = lent ? atomic_load_explicit(&s->lend, memory_order_acquire) : NULL;
+      if (l && !l->len) {
+        unsigned char *b = l->buf;
+        size_t cap = l->cap;
+        l->buf = x->buf;
+        l->cap = x->cap;
+        l->head = x->head;
+        l->len = x->len;
+        x->buf = b;
+        x->cap = cap;
+        x->head = x->len = 0;
+        res = (int64_t)l->len;
+        break;
+      }
       res = (int64_t)rx_take(x, iov, iovcnt);
       break;
     }
@@ -792,7 +885,8 @@ int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec 
       res = -EBUSY;
       break;
     }
-    rx_reader rd = {.iov = iov, .iovcnt = iovcnt, .got = 0};
+    /* Lent a ring's buffer only on the ring's own thread, where it is given back without a hand-over. */
+    rx_reader rd = {.iov = iov, .iovcnt = iovcnt, .lend = lent && tls_owner == x->on ? x->on : NULL};
     weft__waiter_init(&rd.w, true);
     weft__waiter_on(&rd.w, WEFT__WAIT_READ, (const void *)(intptr_t)s->fd);
     x->reader = &rd;
@@ -805,6 +899,13 @@ int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec 
     /* Bytes handed over before the wait ended otherwise are the read's result. */
     if (rd.got) {
       res = (int64_t)rd.got;
+      if (rd.ring_data) {
+        x->lent = rd.ring_data;
+        x->lent_bid = rd.bid;
+        x->lent_on = rd.lend;
+        x->lent_epoch = epoch;
+        *lent = rd.ring_data;
+      }
       break;
     }
     if (st != WEFT__W_WOKEN) {
@@ -815,6 +916,50 @@ int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec 
   weft__lock_release(&s->lock);
   if (res != -ENOSYS) atomic_fetch_add_explicit(&recvs, 1, memory_order_relaxed);
   return res;
+}
+
+int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns) {
+  return rx_read(p, s, iov, iovcnt, deadline_ns, NULL);
+}
+
+int64_t weft__uring_rx_lend(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns, const void **lent) {
+  *lent = NULL;
+  return rx_read(p, s, iov, iovcnt, deadline_ns, lent);
+}
+
+/* The owner: buffer bid goes back to the ring now. Not inside a reap (whose additions are counted in
+ * r->returned and made visible at its end). */
+static void give_back(ring *r, unsigned short bid) {
+  io_uring_buf_ring_add(r->br, r->bufs + (size_t)bid * BUFSZ, BUFSZ, bid, io_uring_buf_ring_mask(NBUFS), 0);
+  io_uring_buf_ring_advance(r->br, 1);
+  r->lent--;
+  TEST_LENT(-1);
+}
+
+static bool owner_queue(weft__poller *p, rx_cancel *c);
+
+void weft__uring_rx_lend_done(weft__oslot *s) {
+  weft__urx *x = atomic_load_explicit(&s->rx, memory_order_acquire);
+  if (!x) return;
+  weft__lock_acquire(&s->lock);
+  weft__poller *p = x->lent && x->lent_epoch == weft__owned_epoch() ? x->lent_on : NULL;
+  unsigned short bid = x->lent_bid;
+  x->lent = NULL;
+  x->lent_on = NULL;
+  weft__lock_release(&s->lock);
+  if (!p) return; /* nothing lent, or lent by a ring gone with an earlier runtime (a fork's parent's) */
+  if (tls_owner == p) {
+    give_back(p->uring, bid);
+    return;
+  }
+  /* Another thread (the fiber moved, WEFT_MIGRATE): the owner gives it back when it next reaps. Without
+   * memory for the request, or with the ring gone, the buffer stays out (the ring has one fewer). */
+  rx_cancel *c = weft__malloc(sizeof *c);
+  if (!c) return;
+  *c = (rx_cancel){.gives = true, .bid = bid};
+  if (!owner_queue(p, c)) weft__free(c);
 }
 
 bool weft__uring_rx_ready(weft__oslot *s) {
@@ -833,6 +978,8 @@ void weft__uring_rx_reset(weft__oslot *s) {
   x->cancelling = false;
   x->end = 0;
   x->reader = NULL;
+  x->lent = NULL;
+  x->lent_on = NULL;
   x->head = x->len = 0;
   if (x->cap > RX_MAX) { /* a big one is not kept for the next descriptor */
     weft__free(x->buf);
@@ -875,7 +1022,10 @@ static void cancels_take(weft__poller *p, ring *r) {
   rx_cancel *closes = NULL;
   for (rx_cancel *next; c; c = next) {
     next = c->next;
-    if (c->closes) {
+    if (c->gives) {
+      give_back(r, c->bid);
+      weft__free(c);
+    } else if (c->closes) {
       c->next = closes;
       closes = c;
     } else {
@@ -1009,6 +1159,10 @@ void weft__uring_quiesce(weft__poller *p) {
   weft__lock_release(&p->rx_lock);
   for (rx_cancel *next; q; q = next) {
     next = q->next;
+    if (q->gives) { /* the ring goes: nothing to give back to */
+      weft__free(q);
+      continue;
+    }
     if (q->closes) {
       q->next = NULL;
       closes_run(q);

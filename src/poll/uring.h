@@ -123,6 +123,25 @@ int64_t weft__uring_recv(weft__poller *p, weft__oslot *s, const struct iovec *io
  */
 int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
                             int64_t deadline_ns);
+/*
+ * A read for weft_fd_read_lend: as weft__uring_rx_read, except that a
+ * reader on the thread of the ring whose receive is armed, waiting when the
+ * bytes come, may be lent the ring's buffer itself instead of a copy in
+ * iov: then *lent points at the count of bytes returned, which stay the
+ * caller's until weft__uring_rx_lend_done(s) (one at a time per slot; the
+ * slot's last reference gives back one still held). Otherwise *lent is NULL and
+ * the bytes were copied into iov, or, where the slot kept bytes and its
+ * weft__lend (owned.h) holds none, its buffer and the slot's changed places:
+ * the bytes are then the lend's kept ones (l->buf + l->head, l->len).
+ */
+int64_t weft__uring_rx_lend(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns, const void **lent);
+/* Give the buffer that weft__uring_rx_lend lent back to its ring, if one is lent (the caller is done with all
+ * of its bytes; the slot's last reference gives back one still held). Not under the slot's lock; any
+ * thread. */
+void weft__uring_rx_lend_done(weft__oslot *s);
+/* Tests: the buffers lent by every ring and not given back yet (WEFT_TESTING builds; else 0). */
+long weft__uring_test_lent(void);
 /* Has s bytes or an end kept by its multishot receive (weft_fd_poll: readable)? Takes the slot's lock. */
 bool weft__uring_rx_ready(weft__oslot *s);
 /* The slot is (re)used for a new descriptor: forget its receive and kept bytes. Under the slot's lock. */

@@ -68,6 +68,13 @@ int64_t weft__uring_rx_read(weft__poller *p, weft__oslot *s, const struct iovec 
   WEFT__UNUSED(deadline_ns);
   return -ENOSYS;
 }
+int64_t weft__uring_rx_lend(weft__poller *p, weft__oslot *s, const struct iovec *iov, int iovcnt,
+                            int64_t deadline_ns, const void **lent) {
+  *lent = NULL;
+  return weft__uring_rx_read(p, s, iov, iovcnt, deadline_ns);
+}
+void weft__uring_rx_lend_done(weft__oslot *s) { WEFT__UNUSED(s); }
+long weft__uring_test_lent(void) { return 0; }
 bool weft__uring_rx_ready(weft__oslot *s) {
   WEFT__UNUSED(s);
   return false;

@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# Weft's own share of a network round trip (issue 31, step 1): the three
+# network workloads under perf, broken down per message:
+#
+#   scripts/bench-profile.sh [--only W[,W...]] [--top N] [--requests R] [--keep DIR] [BUILD_DIR]
+#                                                              default: build/release
+#
+# The workloads (W: echo1000, echo9000, http; default all three):
+#   echo1000  weft-bench echo --connections 1000 --messages 100 --backend weft --json
+#   echo9000  weft-bench echo --connections 9000 --messages 20 --backend weft --json
+#   http      weft-bench http --url URL --requests R --concurrency 1000 --keepalive --backend weft --json
+#             (R default 60000) against nginx serving a 9216-byte page as scripts/bench-net.sh sets it
+#             up (nproc workers, sendfile, keep-alive), and then wrk -t2 -c1000 -d3s on the same URL as
+#             the peer's baseline
+#
+# Each runs once under
+#   perf record -e cpu-clock/period=100000/ -e context-switches/period=1/
+# (system-wide, -a, for http, so that nginx and wrk are in it): a CPU
+# sample per 100 us of a thread's CPU time and a record per context switch
+# (the thread switched out: a sleep, or a preemption). Software events only:
+# this VM has no hardware counters, so there are no cache-miss figures; a
+# sample lands where the timer interrupt found the thread (with some skid).
+#
+# Reported per message (echo: a round trip, both ends in the one process,
+# the untimed warm-up's messages counted too, and connection set-up included;
+# http: a request, warm-up included):
+#   - the process's CPU (samples x 100 us): kernel, libweft, libc, the rest;
+#   - libweft's top N functions (default 12): share of the process's samples, ns a message;
+#   - context switches of weft's carriers (weft-carrier-*), of the process's
+#     other threads, and of the peer (http: nginx's workers; beside wrk too);
+#   - weft's own counters (weft-bench's weft_stats): carrier sleeps
+#     (carrier_wakeups), poller waits, parks, ring submissions.
+#
+# Needs perf (Debian: linux-perf) allowed to sample (root, or
+# kernel.perf_event_paranoid <= 0; -a needs -1), a build with weft-bench,
+# and for http nginx and wrk (scripts/deps.sh bench); a part that lacks one
+# is skipped with a message. --keep DIR keeps the perf.data files and the
+# JSON records there. Time: about a minute. Exit status: 0 (skips
+# included), 1 when a run failed, 2 on a usage error.
+set -euo pipefail
+
+usage() {
+  echo "usage: scripts/bench-profile.sh [--only W[,W...]] [--top N] [--requests R] [--keep DIR] [BUILD_DIR]" >&2
+  exit 2
+}
+only=echo1000,echo9000,http
+top=12
+requests=60000
+keep=
+build=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) [ $# -ge 2 ] || usage; only=$2; shift 2 ;;
+    --top) [ $# -ge 2 ] || usage; top=$2; shift 2 ;;
+    --requests) [ $# -ge 2 ] || usage; requests=$2; shift 2 ;;
+    --keep) [ $# -ge 2 ] || usage; keep=$2; shift 2 ;;
+    -h | --help) usage ;;
+    -*) echo "bench-profile.sh: unknown option '$1'" >&2; usage ;;
+    *) [ -z "$build" ] || usage; build=$1; shift ;;
+  esac
+done
+build=${build:-build/release}
+for v in "$top" "$requests"; do
+  case "$v" in '' | *[!0-9]* | 0) echo "bench-profile.sh: '$v' is not a positive integer" >&2; usage ;; esac
+done
+wb=$build/benchmarks/weft-bench/weft-bench
+[ -x "$wb" ] || { echo "bench-profile.sh: $wb not found: build weft with benchmarks first (make release)" >&2; exit 1; }
+if ! command -v perf >/dev/null 2>&1; then
+  echo "bench-profile.sh: skipped: perf not found (Debian: apt-get install linux-perf)"
+  exit 0
+fi
+if ! perf record -q -e cpu-clock -o /dev/null -- true >/dev/null 2>&1; then
+  echo "bench-profile.sh: skipped: perf may not sample here (root, or kernel.perf_event_paranoid <= 0)"
+  exit 0
+fi
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-profile.XXXXXX")
+nginx_pid=
+# shellcheck disable=SC2317 # run by the trap
+cleanup() {
+  [ -z "$nginx_pid" ] || { kill "$nginx_pid" 2>/dev/null || true; wait "$nginx_pid" 2>/dev/null || true; }
+  if [ -n "$keep" ]; then
+    mkdir -p "$keep"
+    cp "$tmp"/*.data "$tmp"/*.json "$keep"/ 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+rc=0
+events=(-e cpu-clock/period=100000/ -e context-switches/period=1/)
+
+# The value of a numeric key of a compact JSON object ($1 the line, $2 the key), or 0.
+json_num() {
+  local v
+  v=$(printf '%s\n' "$1" | grep -o "\"$2\":[-0-9.eE+]*" | head -1 | cut -d: -f2)
+  echo "${v:-0}"
+}
+
+# The samples of a perf.data, one line each: event comm pid dso sym.
+samples() {
+  perf script -i "$1" -F comm,pid,tid,event,ip,sym,dso 2>/dev/null | awk '{
+    ev = ""; for (i = 1; i <= NF; i++) if ($i ~ /:$/) { ev = $i; break }
+    if (ev == "") next
+    comm = $1; for (j = 2; j < i - 1; j++) comm = comm "_" $j   # names with spaces
+    pid = $(i - 1); sub(/\/.*/, "", pid)
+    dso = $NF; gsub(/[()]/, "", dso); n = split(dso, parts, "/"); dso = parts[n]
+    sym = ""; for (j = i + 2; j < NF; j++) sym = sym (sym == "" ? "" : "_") $j
+    if (sym == "") sym = "[unknown]"
+    print (ev ~ /cpu-clock/ ? "cpu" : "cs"), comm, pid, dso, sym
+  }'
+}
+
+# Report one recorded run: $1 the samples file, $2 the label, $3 messages, $4 the weft pid ("" = the
+# process of the weft-carrier threads), $5 the JSON record (weft_stats), $6 the peer's comm or "".
+report() {
+  local f=$1 label=$2 msgs=$3 pid=$4 rec=$5 peer=$6
+  # The weft-bench process: the pid with the most records of threads named weft-bench (a system-wide
+  # record may hold other programs' weft carriers too).
+  if [ -z "$pid" ]; then pid=$(awk '$2 == "weft-bench" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$f"); fi
+  echo
+  echo "== $label: $msgs messages"
+  awk -v pid="$pid" -v msgs="$msgs" -v top="$top" -v peer="$peer" '
+    $1 == "cpu" && $3 == pid {
+      n++
+      if ($4 ~ /kernel/) k++
+      else if ($4 ~ /^libweft/) { w++; fn[$5]++ }
+      else if ($4 ~ /^libc/) c++
+      else o++
+    }
+    $1 == "cs" && $3 == pid { if ($2 ~ /^weft-carrier/) csc++; else cso++ }
+    $1 == "cs" && peer != "" && $2 == peer { csp++ }
+    $1 == "cpu" && peer != "" && $2 == peer { pn++ }
+    END {
+      us = 100 / msgs  # one sample: 100 us of CPU
+      printf "CPU a message (us): process %.2f = kernel %.2f + libweft %.2f + libc %.2f + other user %.2f\n",
+        n * us, k * us, w * us, c * us, o * us
+      printf "libweft: %.1f%% of the process'"'"'s samples (%d of %d)\n", n ? 100 * w / n : 0, w, n
+      printf "context switches a message: weft carriers %.4f, the process'"'"'s other threads %.4f", csc / msgs, cso / msgs
+      if (peer != "") printf ", %s %.4f (its CPU %.2f us a message)", peer, csp / msgs, pn * us
+      printf "\n"
+      printf "libweft by function (share of the process'"'"'s samples, ns a message):\n"
+      for (s in fn) printf "%d %s\n", fn[s], s | "sort -rn | head -" top " | awk -v n=" n " -v m=" msgs " '"'"'{ printf \"  %-36s %5.2f%% %7.0f\\n\", $2, 100 * $1 / n, $1 * 100000 / m }'"'"'"
+    }' "$f"
+  if [ -n "$rec" ]; then
+    local st
+    st=$(printf '%s\n' "$rec" | grep -o '"weft_stats":{[^}]*}' || true)
+    if [ -n "$st" ]; then
+      awk -v m="$msgs" -v s="$st" 'BEGIN {
+        printf "weft_stats a message:"
+        n = split("carrier_wakeups poller_waits parks steals uring_submissions", k, " ")
+        for (i = 1; i <= n; i++) if (match(s, "\"" k[i] "\":[0-9]+")) {
+          v = substr(s, RSTART + length(k[i]) + 3, RLENGTH - length(k[i]) - 3); printf " %s %.4f", k[i], v / m }
+        printf "\n" }'
+    fi
+  fi
+}
+
+# One echo workload: $1 name, $2 connections, $3 messages.
+run_echo() {
+  local name=$1 conns=$2 m=$3
+  local cmd=("$wb" echo --connections "$conns" --messages "$m" --backend weft --json)
+  echo "bench-profile.sh: $name: perf record ${events[*]} -- ${cmd[*]}" >&2
+  if ! perf record -q "${events[@]}" -o "$tmp/$name.data" -- "${cmd[@]}" >"$tmp/$name.json" 2>"$tmp/$name.err"; then
+    echo "bench-profile.sh: $name failed:" >&2
+    cat "$tmp/$name.err" >&2
+    rc=1
+    return
+  fi
+  local rec msgs
+  rec=$(head -1 "$tmp/$name.json")
+  msgs=$(awk -v a="$(json_num "$rec" connections)" -v b="$(json_num "$rec" messages)" \
+    -v c="$(json_num "$rec" warmup_connections)" -v d="$(json_num "$rec" warmup_messages)" 'BEGIN { print a * b + c * d }')
+  samples "$tmp/$name.data" >"$tmp/$name.samples"
+  local pid
+  pid=$(awk '$2 == "weft-bench" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$tmp/$name.samples")
+  report "$tmp/$name.samples" "$name: echo $conns x $m x 64 B, weft (msgs/s $(json_num "$rec" msgs_per_s), CPU $(json_num "$rec" cpu_us_per_message) us a message by weft-bench's own count)" \
+    "$msgs" "$pid" "$rec" ""
+}
+
+# nginx as scripts/bench-net.sh sets it up; sets url, or returns 1.
+start_nginx() {
+  local nginx_bin=${NGINX:-/usr/sbin/nginx} port
+  [ -x "$nginx_bin" ] || { echo "bench-profile.sh: http skipped: nginx not found ($nginx_bin; scripts/deps.sh bench)" >&2; return 1; }
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  mkdir -p "$tmp/www"
+  head -c 9216 /dev/zero | tr '\0' x >"$tmp/www/page"
+  chmod 0755 "$tmp" "$tmp/www"
+  chmod 0644 "$tmp/www/page"
+  local temp_paths="" t nb
+  nb=$("$nginx_bin" -V 2>&1)
+  for t in client_body fastcgi proxy scgi uwsgi; do
+    case "$nb" in *"--http-${t/_/-}-temp-path"*) temp_paths+="  ${t}_temp_path $tmp/${t}_temp;"$'\n' ;; esac
+  done
+  cat >"$tmp/nginx.conf" <<EOF
+worker_processes $(nproc);
+worker_rlimit_nofile 5024;
+daemon off;
+pid $tmp/nginx.pid;
+error_log $tmp/error.log warn;
+events { worker_connections 3024; }
+http {
+  default_type text/html;
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  open_file_cache max=1000 inactive=60s;
+  keepalive_requests 1000000;
+  keepalive_timeout 60s;
+$temp_paths
+  server { listen 127.0.0.1:$port backlog=4096; root $tmp/www; location / { } }
+}
+EOF
+  "$nginx_bin" -p "$tmp/" -c "$tmp/nginx.conf" -e "$tmp/error.log" >"$tmp/nginx.out" 2>&1 &
+  nginx_pid=$!
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { url=http://127.0.0.1:$port/page; return 0; }
+    sleep 0.05
+  done
+  echo "bench-profile.sh: http skipped: nginx did not start:" >&2
+  cat "$tmp/nginx.out" "$tmp/error.log" >&2 2>/dev/null || true
+  return 1
+}
+
+run_http() {
+  local url
+  if ! start_nginx; then
+    rc=1
+    return
+  fi
+  local cmd=("$wb" http --url "$url" --requests "$requests" --concurrency 1000 --keepalive --backend weft --json)
+  echo "bench-profile.sh: http: perf record -a ${events[*]} -- ${cmd[*]}" >&2
+  if ! perf record -q -a "${events[@]}" -o "$tmp/http.data" -- "${cmd[@]}" >"$tmp/http.json" 2>"$tmp/http.err"; then
+    echo "bench-profile.sh: http failed:" >&2
+    cat "$tmp/http.err" >&2
+    rc=1
+  else
+    local rec msgs
+    rec=$(head -1 "$tmp/http.json")
+    msgs=$(awk -v a="$(json_num "$rec" requests)" -v b="$(json_num "$rec" warmup_requests)" 'BEGIN { print a + b }')
+    samples "$tmp/http.data" >"$tmp/http.samples"
+    report "$tmp/http.samples" "http: weft-bench http against nginx, 1000 connections kept alive, weft (req/s $(json_num "$rec" rps))" \
+      "$msgs" "" "$rec" nginx
+  fi
+  if ! command -v "${WRK:-wrk}" >/dev/null; then
+    echo "bench-profile.sh: the wrk baseline skipped: wrk not found" >&2
+    return
+  fi
+  local wcmd=("${WRK:-wrk}" -t2 -c1000 -d3s "$url")
+  echo "bench-profile.sh: http, the baseline: perf record -a ${events[*]} -- ${wcmd[*]}" >&2
+  if ! perf record -q -a "${events[@]}" -o "$tmp/wrk.data" -- "${wcmd[@]}" >"$tmp/wrk.out" 2>&1; then
+    echo "bench-profile.sh: wrk failed:" >&2
+    cat "$tmp/wrk.out" >&2
+    rc=1
+    return
+  fi
+  local n
+  n=$(awk '/requests in/ { print $1; exit }' "$tmp/wrk.out")
+  samples "$tmp/wrk.data" >"$tmp/wrk.samples"
+  local wpid
+  wpid=$(awk '$2 == "wrk" { print $3; exit }' "$tmp/wrk.samples")
+  report "$tmp/wrk.samples" "http baseline: wrk -t2 -c1000 -d3s against the same nginx (req/s $(awk '/^Requests\/sec:/ { print $2 }' "$tmp/wrk.out")); wrk's threads count as 'other threads'" \
+    "${n:-1}" "$wpid" "" nginx
+}
+
+echo "bench-profile.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $("$wb" echo --help >/dev/null 2>&1 && echo weft-bench ok), perf $(perf --version | awk '{ print $3 }')"
+echo "(software events only: cpu-clock every 100 us of CPU, every context switch; no hardware counters here)"
+for w in ${only//,/ }; do
+  case "$w" in
+    echo1000) run_echo echo1000 1000 100 ;;
+    echo9000) run_echo echo9000 9000 20 ;;
+    http) run_http ;;
+    *) echo "bench-profile.sh: unknown workload '$w' (echo1000, echo9000, http)" >&2; usage ;;
+  esac
+done
+exit $rc
