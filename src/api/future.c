@@ -264,7 +264,8 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
     atomic_init(&f->on_cpu, true);
     memset(&f->job, 0, sizeof f->job);
     f->job.run = job_run;
-    rc = weft__cpu_submit(&f->job);
+    /* From a plain thread, onto its own deque where weft's team is open: a join may take it back. */
+    rc = weft__fiber_self() ? weft__cpu_submit(&f->job) : weft__cpu_spawn(&f->job);
   }
   if (rc < 0) {
 #ifdef WEFT_FUTURE_CHECKS
@@ -286,17 +287,37 @@ static int result_of(weft_future *f, uint32_t s, void **result) {
   return s == F_CANCELLED ? -ECANCELED : -ENOMEM;
 }
 
+static bool future_done(void *arg) {
+  return atomic_load_explicit(&((weft_future *)arg)->state, memory_order_acquire) >= F_DONE;
+}
+
 int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
   if (!f || !weft__deadline_ok(deadline_ns)) return -EINVAL;
   CHECK_LIVE(f, "weft_future_get");
   uint32_t s = atomic_load_explicit(&f->state, memory_order_acquire);
   if (s >= F_DONE) return result_of(f, s, result);
 
-  /* Help: a thread that would only wait runs a queued CPU future itself. */
-  if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) && s == F_PENDING &&
-      !weft__parkable_self() && claim(f)) {
-    run_on_thread(f);
-    return result_of(f, F_DONE, result);
+  /*
+   * Help-first join: a plain thread that would only wait runs the future
+   * itself if no one has started it: taken back from its own deque when it
+   * is the newest job there (the job's record is then finished with here),
+   * else claimed wherever it is queued. Once it runs elsewhere, the thread
+   * runs other CPU work meanwhile (weft__cpu_help) and blocks only when it
+   * finds none. A join never waits for a worker that has not started.
+   */
+  if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) && !weft__parkable_self()) {
+    if (s == F_PENDING) {
+      if (weft__cpu_take(&f->job)) {
+        job_run(&f->job); /* claims it (a cancel may have won), runs it, drops the runner's reference */
+        return result_of(f, atomic_load_explicit(&f->state, memory_order_acquire), result);
+      }
+      if (claim(f)) {
+        run_on_thread(f);
+        return result_of(f, F_DONE, result);
+      }
+    }
+    if (weft__cpu_help(future_done, f))
+      return result_of(f, atomic_load_explicit(&f->state, memory_order_acquire), result);
   }
 
   weft__waiter w;

@@ -73,6 +73,33 @@ void weft__cpu_fork(weft__range *r, size_t k);
  */
 int weft__cpu_submit(weft__job *j);
 
+/*
+ * weft__cpu_submit for a plain thread that may join j itself (a CPU
+ * future): where weft's team is open, j goes on the calling thread's
+ * work-stealing deque (steal.h), from which an idle worker steals it or the
+ * caller takes it back (weft__cpu_take). Never on a fiber: a fiber's
+ * carrier does not run CPU work. Same results as weft__cpu_submit.
+ */
+int weft__cpu_spawn(weft__job *j);
+
+/*
+ * True when j is the newest job of the calling thread's deque and was taken
+ * off it: the caller now owns the run and calls j->run(j) itself. False when
+ * it is not there (stolen, queued elsewhere, or behind newer jobs).
+ */
+bool weft__cpu_take(weft__job *j);
+
+/*
+ * While waiting for done(arg), a plain thread runs other CPU jobs (its own
+ * newest, then stolen ones). Returns true once done(arg); false when it
+ * found nothing to run for a while, or may not help here: the caller then
+ * blocks. Never on a fiber.
+ */
+bool weft__cpu_help(bool (*done)(void *arg), void *arg);
+
+/* Make sure weft's team will run: a deque got a job while the team was closing (steal.c, cpu_omp.c). */
+void weft__cpu_kick(void);
+
 /* True inside an OpenMP parallel region or task (nesting level > 0). */
 bool weft__cpu_in_region(void);
 
