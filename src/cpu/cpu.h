@@ -42,8 +42,13 @@ WEFT__LIST(weft__joblist, weft__job, next, prev);
  */
 void weft__cpu_run_range(weft__range *r);
 
-/* The kinds of team a CPU map can fork; each has its own fork-cost estimates (model.h). */
-enum { WEFT__TEAM_REGION = 0, WEFT__TEAM_TASKS, WEFT__TEAM_POOL, WEFT__TEAM_KINDS };
+/*
+ * The kinds of team a CPU map can fork; each has its own fork-cost
+ * estimates (model.h): a parallel region of the runtime's pooled threads,
+ * tasks in an enclosing team, weft's pool, or jobs on the caller's
+ * work-stealing deque for the workers of weft's own team (steal.h).
+ */
+enum { WEFT__TEAM_REGION = 0, WEFT__TEAM_TASKS, WEFT__TEAM_POOL, WEFT__TEAM_STEAL, WEFT__TEAM_KINDS };
 
 /* What a map forked from the calling thread would get. */
 typedef struct weft__team {

@@ -54,6 +54,7 @@
 
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include "../base/settings.h"
@@ -156,6 +157,8 @@ static void fork_tasks(weft__range *r, size_t t) {
 static void fork_region(weft__range *r, size_t t) {
   /* A child forked after this region must know that libgomp's threads are gone (atfork_child). */
   pthread_once(&fork_once, fork_register);
+  /* Open weft's team for the maps that follow (fork_steal): this one cannot wait for it to start. */
+  weft__cpu_kick();
   r->workers = t;
   size_t left = r->n - weft__load_relaxed(&r->next);
   if (r->static_ok || (r->grain && left / r->grain + (left % r->grain != 0) <= t)) {
@@ -218,10 +221,12 @@ static void fork_steal(weft__deque *own, weft__range *r, size_t t) {
   if (pushed < t - 1) atomic_fetch_sub(&left, (uint32_t)(t - 1 - pushed));
   if (pushed) weft__ws_notify();
   weft__range_drain_from(r, 0);
-  for (size_t k = pushed; k >= 1; k--) {
+  size_t back = 0;
+  for (size_t k = pushed; k >= 1; k--, back++) {
     if (!weft__cpu_take(&rj[k].job)) break; /* stolen, and every older one with it */
     atomic_fetch_sub_explicit(&left, 1, memory_order_relaxed);
   }
+  r->stolen = pushed - back;
   for (;;) {
     uint32_t v = atomic_load_explicit(&left, memory_order_acquire);
     if (v == 0 || weft__ws_help(left_zero, &left)) break;
@@ -236,6 +241,18 @@ static size_t all_workers(weft__range *r, size_t t) {
   return t ? t : 1;
 }
 
+/*
+ * The deque a map forked here would use: the caller's own on a worker of
+ * weft's team; on a plain thread outside any region, its own (made on first
+ * use) while the team is open, that is while weft's workers are awake or
+ * lingering (LINGER_NS after their last job). NULL: fork a region or tasks.
+ */
+static weft__deque *steal_deque(void) {
+  if (tls_in_host) return weft__ws_mine();
+  if (!atomic_load_explicit(&host.open, memory_order_relaxed) || omp_get_level() > 0) return NULL;
+  return weft__ws_own();
+}
+
 void weft__cpu_run_range(weft__range *r) {
   if (WEFT__UNLIKELY(omp_unusable)) {
     weft__pool_run_range(r);
@@ -243,11 +260,12 @@ void weft__cpu_run_range(weft__range *r) {
   }
   bool in_team = omp_get_level() > 0;
   size_t t = all_workers(r, in_team ? (size_t)omp_get_num_threads() : weft__cpu_threads());
+  weft__deque *d;
   if (t <= 1) {
     r->workers = 1;
     weft__range_drain(r);
-  } else if (tls_in_host && weft__ws_mine()) {
-    fork_steal(weft__ws_mine(), r, t);
+  } else if ((d = steal_deque()) != NULL) {
+    fork_steal(d, r, t);
   } else if (in_team) {
     fork_tasks(r, t);
   } else {
@@ -257,6 +275,8 @@ void weft__cpu_run_range(weft__range *r) {
 
 unsigned weft__cpu_team_kind(void) {
   if (WEFT__UNLIKELY(omp_unusable)) return WEFT__TEAM_POOL;
+  if (tls_in_host || (omp_get_level() == 0 && atomic_load_explicit(&host.open, memory_order_relaxed)))
+    return WEFT__TEAM_STEAL;
   return omp_get_level() > 0 ? WEFT__TEAM_TASKS : WEFT__TEAM_REGION;
 }
 
@@ -265,7 +285,11 @@ void weft__cpu_team(weft__team *t) {
     weft__pool_team(t);
     return;
   }
-  if (omp_get_level() > 0) {
+  t->kind = weft__cpu_team_kind();
+  if (t->kind == WEFT__TEAM_STEAL) {
+    /* Weft's team, or the caller and as many of its workers as a region would have. */
+    t->size = tls_in_host ? (unsigned)omp_get_num_threads() : weft__cpu_threads();
+  } else if (omp_get_level() > 0) {
     /* The enclosing team: whoever is idle in it runs a task; the runtime does not say who is. */
     t->kind = WEFT__TEAM_TASKS;
     t->size = (unsigned)omp_get_num_threads();
@@ -281,8 +305,9 @@ void weft__cpu_fork(weft__range *r, size_t k) {
     weft__pool_fork(r, k);
     return;
   }
-  if (tls_in_host && weft__ws_mine())
-    fork_steal(weft__ws_mine(), r, k);
+  weft__deque *d = steal_deque();
+  if (d)
+    fork_steal(d, r, k);
   else if (omp_get_level() > 0)
     fork_tasks(r, k);
   else
@@ -341,13 +366,14 @@ static bool try_close(void) {
  */
 static void host_worker(bool master) {
   weft__deque *own = weft__ws_own(); /* NULL when every slot is taken: the shared queue still works */
-  int64_t idle_since = 0;
-  bool idle = false;
+  int64_t idle_since = 0, spin_since = 0; /* idle since (the linger), looking since (the spin) */
+  bool idle = false, spinning = false;
   atomic_fetch_add(&host.busy, 1);
   for (;;) {
     weft__job *j = weft__ws_find(own);
     if (!j) j = inject_pop();
     if (j) {
+      if (spinning) weft__ws_spinning(spinning = false);
       if (idle) {
         atomic_fetch_add(&host.busy, 1);
         idle = false;
@@ -359,16 +385,22 @@ static void host_worker(bool master) {
     if (!idle) {
       atomic_fetch_sub(&host.busy, 1);
       idle = true;
-      idle_since = now;
+      idle_since = spin_since = now;
     }
     if (atomic_load_explicit(&host.closing, memory_order_acquire)) break;
     if (master && (now - idle_since >= LINGER_NS || weft__load_relaxed(&host.stop_asked)) && try_close()) break;
-    if (now - idle_since < SPIN_NS) {
-      for (int i = 0; i < 64; i++) weft__cpu_relax();
+    if (now - spin_since < SPIN_NS) {
+      if (!spinning) weft__ws_spinning(spinning = true);
+      /* Give the core to a runnable thread, if any (a map's caller, a busy worker), between looks. */
+      for (int i = 0; i < 16; i++) weft__cpu_relax();
+      sched_yield();
       continue;
     }
+    if (spinning) weft__ws_spinning(spinning = false);
     weft__ws_sleep(own, master ? idle_since + LINGER_NS : weft__mono_ns() + LINGER_NS);
+    spin_since = weft__mono_ns(); /* woken: look (and spin) again before the next sleep */
   }
+  if (spinning) weft__ws_spinning(false);
   if (!idle) atomic_fetch_sub(&host.busy, 1);
 }
 
@@ -398,7 +430,15 @@ static int host_team_size(int want) {
 
 static void *host_main(void *arg) {
   WEFT__UNUSED(arg);
-  /* The team: the runtime's default number of threads, each a worker. */
+  /*
+   * The team: the runtime's default number of threads, each a worker. A
+   * caller that joins (a map's caller, a future's getter) takes part too, so
+   * up to one more thread than that runs CPU work at once; a team one
+   * smaller, as TBB's arena is, would leave a CPU future that blocks (on a
+   * blocking map whose elements wait for CPU maps, say) as the only worker,
+   * with no one to run what it waits for. Idle workers yield while they
+   * spin (host_worker), so the extra thread costs the others little.
+   */
   int workers = omp_get_max_threads();
   pthread_mutex_lock(&host.mu);
   for (;;) {

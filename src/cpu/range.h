@@ -31,6 +31,7 @@ typedef struct weft__range {
   size_t grain;                         /* indices per claim; 0: guided (shrinking chunks) */
   size_t max_workers;                   /* most contexts running indices at once; 0: no bound */
   size_t workers;                       /* contexts expected to claim, for guided chunk sizes */
+  size_t stolen;                        /* fork_steal (cpu_omp.c): slices' jobs that workers stole; else 0 */
   WEFT__ALIGNED_CL atomic_size_t next;  /* next unclaimed index: contended, on its own line */
   WEFT__ALIGNED_CL weft__lock err_lock; /* guards err_index and err */
   size_t err_index;                     /* lowest index whose call failed, or SIZE_MAX */

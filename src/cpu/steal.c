@@ -9,7 +9,10 @@
  * sleeper bumps the word and wakes one. The push reads `sleepers` without a
  * fence, so a push and a worker falling asleep at the same instant can miss
  * each other: the worker then sleeps until its deadline (WAKE_POLL_NS at
- * most). Nothing is lost by that, only parallelism for a moment: the job
+ * most). A push wakes no one while a worker is awake and looking for work
+ * (`spinners`): that worker finds it, and a join that takes its job back
+ * at once (a future started and got straight away) costs no wake-up at
+ * all. Nothing is lost by that, only parallelism for a moment: the job
  * stays in its deque, where its owner takes it back at its join. A fence on
  * every push would cost more than the rare miss (a push is a few
  * nanoseconds). One wake-up is in flight at a time (`waking`), so a burst
@@ -37,6 +40,7 @@ static struct {
   atomic_uint nslots;                        /* slots made so far */
   pthread_mutex_t mu;                        /* serialises making a slot */
   WEFT__ALIGNED_CL _Atomic uint32_t sleepers; /* workers asleep or falling asleep */
+  _Atomic uint32_t spinners;                  /* idle workers still looking for work, awake */
   atomic_bool waking;                         /* a wake-up is being sent */
   WEFT__ALIGNED_CL _Atomic uint32_t seq;      /* the futex word sleepers wait on */
 } ws = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -141,8 +145,16 @@ bool weft__ws_all_empty(void) {
   return true;
 }
 
+void weft__ws_spinning(bool on) {
+  if (on)
+    atomic_fetch_add_explicit(&ws.spinners, 1, memory_order_relaxed);
+  else
+    atomic_fetch_sub_explicit(&ws.spinners, 1, memory_order_relaxed);
+}
+
 void weft__ws_notify(void) {
-  if (WEFT__LIKELY(weft__load_relaxed(&ws.sleepers) == 0)) return;
+  /* A worker that is awake and looking will find the job: no one need be woken (Go's runtime does the same). */
+  if (WEFT__LIKELY(weft__load_relaxed(&ws.sleepers) == 0) || weft__load_relaxed(&ws.spinners) != 0) return;
   if (atomic_exchange_explicit(&ws.waking, true, memory_order_acquire)) return;
   atomic_fetch_add_explicit(&ws.seq, 1, memory_order_release);
   weft__futex_wake(&ws.seq, 1);
@@ -199,6 +211,7 @@ void weft__ws_atfork_child(void) {
     atomic_store(&ws.owned[i], false);
   }
   atomic_store(&ws.sleepers, 0);
+  atomic_store(&ws.spinners, 0);
   atomic_store(&ws.waking, false);
   tls_help_depth = 0;
 }

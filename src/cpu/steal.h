@@ -39,6 +39,9 @@ bool weft__ws_all_empty(void);
 /* A job was pushed: wake one sleeping worker of the host team, if any sleeps. */
 void weft__ws_notify(void);
 
+/* An idle worker of the host team starts (true) or stops (false) looking for work while awake. */
+void weft__ws_spinning(bool on);
+
 /* Wake every sleeping worker (the team is closing, or shutting down). */
 void weft__ws_notify_all(void);
 
