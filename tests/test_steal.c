@@ -47,6 +47,14 @@ static void test_deque_order(void) {
   CU_ASSERT_PTR_EQUAL(weft__deque_take(&d), item(1));
   CU_ASSERT_PTR_NULL(weft__deque_take(&d));
   CU_ASSERT_TRUE(weft__deque_empty(&d));
+  /* A marked oldest item is left where it is by the first kind of steal, taken by the second. */
+  struct weft__job *marked = (struct weft__job *)((uintptr_t)item(5) | WEFT__DEQUE_MARK);
+  CU_ASSERT_TRUE(weft__deque_push(&d, marked));
+  CU_ASSERT_TRUE(weft__deque_push(&d, item(6)));
+  CU_ASSERT_PTR_EQUAL(weft__deque_steal_unmarked(&d), WEFT__STEAL_EMPTY);
+  CU_ASSERT_PTR_EQUAL(weft__deque_steal(&d), marked);
+  CU_ASSERT_PTR_EQUAL(weft__deque_steal_unmarked(&d), item(6));
+  CU_ASSERT_TRUE(weft__deque_empty(&d));
   /* Full: a push fails and changes nothing; the indices wrap round the array. */
   for (int round = 0; round < 3; round++) {
     for (size_t k = 0; k < WEFT__DEQUE_CAP; k++) CU_ASSERT_TRUE(weft__deque_push(&d, item(k)));

@@ -275,8 +275,15 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
     atomic_init(&f->on_cpu, true);
     memset(&f->job, 0, sizeof f->job);
     f->job.run = job_run;
-    /* From a plain thread, onto its own deque where weft's team is open: a join may take it back. */
-    rc = weft__fiber_self() ? weft__cpu_submit(&f->job) : weft__cpu_spawn(&f->job);
+    /*
+     * A CPU future from a plain thread goes onto its own deque where weft's
+     * team is open: a join may take it back. A BLOCKING one without fibers
+     * goes to the team's shared queue, first in first out: such futures may
+     * wait on one another (a server and its client), and must start in the
+     * order they were made, which a deque (newest first for its owner, and
+     * full at WEFT__DEQUE_CAP) does not keep.
+     */
+    rc = kind == WEFT_CPU && !weft__fiber_self() ? weft__cpu_spawn(&f->job) : weft__cpu_submit(&f->job);
   }
   if (rc < 0) {
 #ifdef WEFT_FUTURE_CHECKS

@@ -606,6 +606,7 @@ static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_f
     if (explain) explain_fixed(pc, n, &o, false, explain);
     weft__range r;
     weft__range_init(&r, n, fn, ctx, 1, o.max_parallel);
+    r.blocking = true;
     return weft__pmap_cpu(&r);
   }
   if (explain) explain_fixed(pc, n, &o, false, explain);

@@ -55,6 +55,9 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "../base/settings.h"
@@ -153,12 +156,37 @@ static void fork_tasks(weft__range *r, size_t t) {
   }
 }
 
+/*
+ * Whether a map may open weft's team (a thread of weft's and the runtime's
+ * threads for its region) when it is closed. libgomp ends the process when
+ * it cannot create a region's threads, so where RLIMIT_NPROC is finite and
+ * leaves little room above this process's own threads (the limit counts
+ * every thread of the user, which a process cannot see cheaply: a small
+ * margin is all it can judge), maps keep to the caller's own region, whose
+ * threads already exist, as they did before weft's team could take them.
+ * CPU futures still open the team (weft_future_start documents the need).
+ */
+static bool threads_to_spare(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NPROC, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return true;
+  char buf[1024];
+  ssize_t len = weft__read_small("/proc/self/stat", buf, sizeof buf - 1);
+  if (len <= 0) return false;
+  buf[len] = 0;
+  /* num_threads is the 20th field, the 18th after the command's closing parenthesis. */
+  const char *p = strrchr(buf, ')');
+  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
+  long threads = p ? strtol(p + 1, NULL, 10) : 0;
+  if (threads <= 0) return false;
+  return rl.rlim_cur > (rlim_t)threads + 64 + (rlim_t)weft__cpu_threads();
+}
+
 /* Outside any region: a region of t threads from the runtime's pool, the caller its master. */
 static void fork_region(weft__range *r, size_t t) {
   /* A child forked after this region must know that libgomp's threads are gone (atfork_child). */
   pthread_once(&fork_once, fork_register);
   /* Open weft's team for the maps that follow (fork_steal): this one cannot wait for it to start. */
-  weft__cpu_kick();
+  if (threads_to_spare()) weft__cpu_kick();
   r->workers = t;
   size_t left = r->n - weft__load_relaxed(&r->next);
   if (r->static_ok || (r->grain && left / r->grain + (left % r->grain != 0) <= t)) {
@@ -216,14 +244,14 @@ static void fork_steal(weft__deque *own, weft__range *r, size_t t) {
   size_t pushed = 0;
   for (size_t k = 1; k < t; k++, pushed++) {
     rj[k] = (range_job){.job = {.run = range_job_run}, .r = r, .home = k, .left = &left};
-    if (!weft__deque_push(own, &rj[k].job)) break;
+    if (!(r->blocking ? weft__ws_push_last(own, &rj[k].job) : weft__deque_push(own, &rj[k].job))) break;
   }
   if (pushed < t - 1) atomic_fetch_sub(&left, (uint32_t)(t - 1 - pushed));
   if (pushed) weft__ws_notify();
   weft__range_drain_from(r, 0);
   size_t back = 0;
   for (size_t k = pushed; k >= 1; k--, back++) {
-    if (!weft__cpu_take(&rj[k].job)) break; /* stolen, and every older one with it */
+    if (!weft__ws_take_back(own, &rj[k].job, r->blocking)) break; /* stolen, and every older one with it */
     atomic_fetch_sub_explicit(&left, 1, memory_order_relaxed);
   }
   r->stolen = pushed - back;
@@ -242,13 +270,22 @@ static size_t all_workers(weft__range *r, size_t t) {
 }
 
 /*
- * The deque a map forked here would use: the caller's own on a worker of
+ * The deque a map of r forked here would use: the caller's own on a worker of
  * weft's team; on a plain thread outside any region, its own (made on first
  * use) while the team is open, that is while weft's workers are awake or
  * lingering (LINGER_NS after their last job). NULL: fork a region or tasks.
  */
-static weft__deque *steal_deque(void) {
+static weft__deque *steal_deque(const weft__range *r) {
   if (tls_in_host) return weft__ws_mine();
+  /*
+   * Blocking elements without fibers (elements that may wait on one
+   * another) want every thread that can come at once, which a region gives:
+   * on weft's team they would share its workers with the blocking futures
+   * already there. On a worker of the team a region is no choice (tasks
+   * there would find the other workers in their loops), so they go on its
+   * deque as any map does.
+   */
+  if (r->blocking) return NULL;
   if (!atomic_load_explicit(&host.open, memory_order_relaxed) || omp_get_level() > 0) return NULL;
   return weft__ws_own();
 }
@@ -264,7 +301,7 @@ void weft__cpu_run_range(weft__range *r) {
   if (t <= 1) {
     r->workers = 1;
     weft__range_drain(r);
-  } else if ((d = steal_deque()) != NULL) {
+  } else if ((d = steal_deque(r)) != NULL) {
     fork_steal(d, r, t);
   } else if (in_team) {
     fork_tasks(r, t);
@@ -305,7 +342,7 @@ void weft__cpu_fork(weft__range *r, size_t k) {
     weft__pool_fork(r, k);
     return;
   }
-  weft__deque *d = steal_deque();
+  weft__deque *d = steal_deque(r);
   if (d)
     fork_steal(d, r, k);
   else if (omp_get_level() > 0)
@@ -370,8 +407,17 @@ static void host_worker(bool master) {
   bool idle = false, spinning = false;
   atomic_fetch_add(&host.busy, 1);
   for (;;) {
-    weft__job *j = weft__ws_find(own);
+    /*
+     * Its own newest job first (the depth-first order that keeps a
+     * recursion's memory small), then the shared queue, then the oldest job
+     * of another deque: the shared queue holds jobs older than any a thief
+     * would find (queued before the team opened, or by fibers), and jobs
+     * that wait on one another (blocking work on the CPU path, without
+     * fibers) must start in the order they were made.
+     */
+    weft__job *j = own ? weft__ws_find_own(own) : NULL;
     if (!j) j = inject_pop();
+    if (!j) j = weft__ws_steal(own);
     if (j) {
       if (spinning) weft__ws_spinning(spinning = false);
       if (idle) {

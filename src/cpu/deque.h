@@ -106,15 +106,30 @@ static inline bool weft__deque_take_if(weft__deque *d, struct weft__job *j) {
   return weft__deque_take(d) == j; /* NULL: a thief took it meanwhile */
 }
 
-/* Any thread: the oldest job, WEFT__STEAL_EMPTY, or WEFT__STEAL_LOST (another thread got it first). */
-static inline struct weft__job *weft__deque_steal(weft__deque *d) {
+/*
+ * An item may carry a mark in its lowest bit (jobs are aligned): a job the
+ * pusher would rather thieves took last (steal.c). The deque only hands the
+ * mark on; weft__deque_steal_unmarked leaves such an item where it is.
+ */
+#define WEFT__DEQUE_MARK ((uintptr_t)1)
+
+static inline struct weft__job *weft__deque_steal_from(weft__deque *d, bool marked_too) {
   int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_seq_cst);
   if (t >= b) return WEFT__STEAL_EMPTY;
   struct weft__job *j = weft__load_relaxed(&d->item[t & (WEFT__DEQUE_CAP - 1)]);
+  if (!marked_too && ((uintptr_t)j & WEFT__DEQUE_MARK)) return WEFT__STEAL_EMPTY;
   if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst, memory_order_relaxed))
     return WEFT__STEAL_LOST;
   return j;
+}
+
+/* Any thread: the oldest job, WEFT__STEAL_EMPTY, or WEFT__STEAL_LOST (another thread got it first). */
+static inline struct weft__job *weft__deque_steal(weft__deque *d) { return weft__deque_steal_from(d, true); }
+
+/* The same, but an oldest item that carries the mark counts as nothing to steal. */
+static inline struct weft__job *weft__deque_steal_unmarked(weft__deque *d) {
+  return weft__deque_steal_from(d, false);
 }
 
 /* Any thread, a hint: true when the deque looked empty. */

@@ -27,6 +27,7 @@ void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, siz
   r->nslices = 0;
   r->time_first = false;
   r->static_ok = false;
+  r->blocking = false;
   r->first_count = 0;
   r->first_ns = 0;
 }

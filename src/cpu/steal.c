@@ -114,26 +114,51 @@ static uint32_t next_rand(void) {
   return x;
 }
 
+static weft__job *unmark(weft__job *j) { return (weft__job *)((uintptr_t)j & ~WEFT__DEQUE_MARK); }
+
+weft__job *weft__ws_find_own(weft__deque *own) {
+  weft__job *j = weft__deque_take(own);
+  return j ? unmark(j) : NULL;
+}
+
 weft__job *weft__ws_find(weft__deque *own) {
   if (own) {
     weft__job *j = weft__deque_take(own);
-    if (j) return j;
+    if (j) return unmark(j);
   }
-  unsigned n = atomic_load_explicit(&ws.nslots, memory_order_acquire);
-  if (n == 0) return NULL;
+  return weft__ws_steal(own);
+}
+
+/* One pass over the other deques from a random one; marked_too: take marked items as well. */
+static weft__job *steal_pass(weft__deque *own, unsigned n, bool marked_too) {
   unsigned start = next_rand() % n;
   for (unsigned k = 0; k < n; k++) {
     unsigned i = start + k < n ? start + k : start + k - n;
     weft__deque *d = atomic_load_explicit(&ws.slot[i], memory_order_acquire);
     if (!d || d == own) continue;
     for (int tries = 0; tries < 8; tries++) {
-      weft__job *j = weft__deque_steal(d);
+      weft__job *j = weft__deque_steal_from(d, marked_too);
       if (j == WEFT__STEAL_EMPTY) break;
-      if (j != WEFT__STEAL_LOST) return j;
+      if (j != WEFT__STEAL_LOST) return unmark(j);
       weft__cpu_relax();
     }
   }
   return NULL;
+}
+
+weft__job *weft__ws_steal(weft__deque *own) {
+  unsigned n = atomic_load_explicit(&ws.nslots, memory_order_acquire);
+  if (n == 0) return NULL;
+  weft__job *j = steal_pass(own, n, false);
+  return j ? j : steal_pass(own, n, true);
+}
+
+bool weft__ws_push_last(weft__deque *own, weft__job *j) {
+  return weft__deque_push(own, (weft__job *)((uintptr_t)j | WEFT__DEQUE_MARK));
+}
+
+bool weft__ws_take_back(weft__deque *own, weft__job *j, bool marked) {
+  return weft__deque_take_if(own, marked ? (weft__job *)((uintptr_t)j | WEFT__DEQUE_MARK) : j);
 }
 
 bool weft__ws_all_empty(void) {

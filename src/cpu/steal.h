@@ -30,8 +30,30 @@ weft__deque *weft__ws_own(void);
 /* The calling thread's deque if it has one (no allocation). */
 weft__deque *weft__ws_mine(void);
 
+/* The calling thread's own newest job, or NULL. */
+weft__job *weft__ws_find_own(weft__deque *own);
+
 /* A job for the calling thread: its own newest, else the oldest of another deque; NULL when none was seen. */
 weft__job *weft__ws_find(weft__deque *own);
+
+/*
+ * The oldest job of another deque than own; NULL when none was seen. Jobs
+ * pushed with weft__ws_push_last are taken only when no deque's oldest job
+ * is an ordinary one.
+ */
+weft__job *weft__ws_steal(weft__deque *own);
+
+/*
+ * Push j on own (the caller's deque) for thieves to take after every
+ * ordinary job they can see: for blocking work on the CPU path (without
+ * fibers), whose parts may wait on jobs queued before them (a producer
+ * started as a CPU future, say), which must not be starved of the workers.
+ * False when full.
+ */
+bool weft__ws_push_last(weft__deque *own, weft__job *j);
+
+/* Take j back from own if it is the newest job there (pushed marked or not, as given). */
+bool weft__ws_take_back(weft__deque *own, weft__job *j, bool marked);
 
 /* True when every registered deque looked empty (a hint unless no thread pushes meanwhile). */
 bool weft__ws_all_empty(void);
