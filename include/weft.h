@@ -289,10 +289,14 @@ typedef void *(*weft_task_fn)(void *arg);
 
 /*
  * weft_future_start: run fn(arg) asynchronously and return at once with a
- * future for its result in *out. A WEFT_CPU future runs as an OpenMP task (in
- * the enclosing team when started inside a parallel region, else on weft's
- * own OpenMP team); a WEFT_BLOCKING future runs on a fiber (or falls back on
- * the CPU path). fn never runs inside weft_future_start itself.
+ * future for its result in *out. A WEFT_CPU future started inside a
+ * program's parallel region is an OpenMP task of that team. Elsewhere it
+ * runs on weft's own OpenMP team by work stealing: started from a plain
+ * thread or from another CPU future, it goes on that thread's own deque,
+ * where an idle worker of the team steals it (oldest first) or the starter
+ * takes it back at weft_future_get (newest first); from a fiber it goes to
+ * the team's shared queue. A WEFT_BLOCKING future runs on a fiber (or falls
+ * back on the CPU path). fn never runs inside weft_future_start itself.
  *
  * Returns 0; -EINVAL for a NULL fn or out, or a bad kind; -ENOMEM;
  * -ESHUTDOWN while weft_shutdown() runs; -EAGAIN (or the system's error)
@@ -318,10 +322,14 @@ WEFT_EXTERN int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, we
  * times, from any number of threads and fibers at once.
  *
  * With deadline -1, a plain thread or OpenMP task that finds a WEFT_CPU future
- * not yet started runs it itself instead of waiting idle (as a fork-join
- * "help"), which also keeps a small OpenMP team from deadlocking when tasks
- * wait on futures queued behind them. A fiber never runs a CPU future itself:
- * it parks. Contexts: any.
+ * not yet started runs it itself instead of waiting idle (a help-first
+ * join), which also keeps a small OpenMP team from deadlocking when tasks
+ * wait on futures queued behind them. If a worker has started it, the
+ * thread runs other CPU futures and map parts meanwhile (its own newest,
+ * then ones stolen from weft's team) and blocks only when it finds none for
+ * about 50 µs, as TBB's and Cilk's joins do. So a get(-1) may run other
+ * futures' fn on the calling thread: do not hold a lock that such an fn
+ * takes. A fiber never runs a CPU future itself: it parks. Contexts: any.
  */
 WEFT_EXTERN int weft_future_get(weft_future *f, int64_t deadline_ns, void **result);
 

@@ -217,6 +217,17 @@ static void fiber_nostack(weft__fiber *fb) {
   atomic_store_explicit(&f->on_cpu, true, memory_order_relaxed);
   memset(&f->job, 0, sizeof f->job);
   f->job.run = job_run;
+  /*
+   * A thread already waiting for it waits no longer than it must: woken, it
+   * finds the future on the CPU path and runs it itself if no worker has
+   * started it (weft_future_get); the CPU workers may all be busy, with
+   * blocking work that fell back as this did. Before the submit: once the
+   * job is queued it may run and free the future.
+   */
+  weft__lock_acquire(&f->lock);
+  weft__waiter *w;
+  while ((w = weft__waitlist_take(&f->waiters)) != NULL) weft__waiter_wake(w);
+  weft__lock_release(&f->lock);
   if (weft__cpu_submit(&f->job) == 0) return;
   drop_pending(f, F_FAILED);
   release(f);
@@ -264,7 +275,15 @@ int weft_future_start(weft_kind kind, weft_task_fn fn, void *arg, weft_future **
     atomic_init(&f->on_cpu, true);
     memset(&f->job, 0, sizeof f->job);
     f->job.run = job_run;
-    rc = weft__cpu_submit(&f->job);
+    /*
+     * A CPU future from a plain thread goes onto its own deque where weft's
+     * team is open: a join may take it back. A BLOCKING one without fibers
+     * goes to the team's shared queue, first in first out: such futures may
+     * wait on one another (a server and its client), and must start in the
+     * order they were made, which a deque (newest first for its owner, and
+     * full at WEFT__DEQUE_CAP) does not keep.
+     */
+    rc = kind == WEFT_CPU && !weft__fiber_self() ? weft__cpu_spawn(&f->job) : weft__cpu_submit(&f->job);
   }
   if (rc < 0) {
 #ifdef WEFT_FUTURE_CHECKS
@@ -286,19 +305,54 @@ static int result_of(weft_future *f, uint32_t s, void **result) {
   return s == F_CANCELLED ? -ECANCELED : -ENOMEM;
 }
 
+static int wait_once(weft_future *f, int64_t deadline_ns, uint32_t *s_out);
+
+static bool future_done(void *arg) {
+  return atomic_load_explicit(&((weft_future *)arg)->state, memory_order_acquire) >= F_DONE;
+}
+
 int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
   if (!f || !weft__deadline_ok(deadline_ns)) return -EINVAL;
   CHECK_LIVE(f, "weft_future_get");
   uint32_t s = atomic_load_explicit(&f->state, memory_order_acquire);
   if (s >= F_DONE) return result_of(f, s, result);
 
-  /* Help: a thread that would only wait runs a queued CPU future itself. */
-  if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) && s == F_PENDING &&
-      !weft__parkable_self() && claim(f)) {
-    run_on_thread(f);
-    return result_of(f, F_DONE, result);
+  /*
+   * Help-first join: a plain thread that would only wait runs the future
+   * itself if no one has started it: taken back from its own deque when it
+   * is the newest job there (the job's record is then finished with here),
+   * else claimed wherever it is queued. Once it runs elsewhere, the thread
+   * runs other CPU work meanwhile (weft__cpu_help) and blocks only when it
+   * finds none. A join never waits for a worker that has not started.
+   */
+  for (;;) {
+    if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) && !weft__parkable_self()) {
+      if (s == F_PENDING) {
+        if (weft__cpu_take(&f->job)) {
+          job_run(&f->job); /* claims it (a cancel may have won), runs it, drops the runner's reference */
+          return result_of(f, atomic_load_explicit(&f->state, memory_order_acquire), result);
+        }
+        if (claim(f)) {
+          run_on_thread(f);
+          return result_of(f, F_DONE, result);
+        }
+      }
+      if (weft__cpu_help(future_done, f))
+        return result_of(f, atomic_load_explicit(&f->state, memory_order_acquire), result);
+    }
+    int rc = wait_once(f, deadline_ns, &s);
+    if (rc != -EAGAIN) return rc == 0 ? result_of(f, s, result) : rc;
+    /* Woken before the end: a BLOCKING future that found no stack went to the CPU path; look again. */
   }
+}
 
+/*
+ * Wait for f once: 0 with its final state in *s; -EAGAIN when woken while
+ * it is not final yet (fiber_nostack); else the wait's error (a deadline,
+ * cancellation).
+ */
+static int wait_once(weft_future *f, int64_t deadline_ns, uint32_t *s_out) {
+  uint32_t s;
   weft__waiter w;
   weft__waiter_init(&w, true);
   weft__waiter_on(
@@ -308,7 +362,8 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
   s = atomic_load_explicit(&f->state, memory_order_acquire);
   if (s >= F_DONE) {
     weft__lock_release(&f->lock);
-    return result_of(f, s, result);
+    *s_out = s;
+    return 0;
   }
   weft__waitlist_add(&f->waiters, &w);
   weft__lock_release(&f->lock);
@@ -321,8 +376,9 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
   }
   /* A result that arrived as the deadline passed still counts. */
   s = atomic_load_explicit(&f->state, memory_order_acquire);
-  if (s >= F_DONE) return result_of(f, s, result);
-  return weft__waiter_errno(ws);
+  *s_out = s;
+  if (s >= F_DONE) return 0;
+  return ws == WEFT__W_WOKEN ? -EAGAIN : weft__waiter_errno(ws);
 }
 
 bool weft_future_done(const weft_future *f) {

@@ -260,6 +260,8 @@ typedef struct explain_rec {
   double stall_ns; /* the stalls' share in the fork costs */
   double dear_ns;  /* > 0: the first elements on the caller took this long, and the rest was decided again */
   double was_ns;   /* ... where the estimate had been this */
+  bool stealing;   /* forked onto the caller's work-stealing deque (WEFT__TEAM_STEAL) */
+  size_t stolen;   /* ... and how many workers took a part */
 } explain_rec;
 
 static void explain_print(const explain_rec *e) {
@@ -292,7 +294,10 @@ static void explain_print(const explain_rec *e) {
   if (e->dear_ns > 0)
     EMIT("the first elements took %s each, not %s: decided again for the rest: ",
          fmt_ns(a, sizeof a, e->dear_ns), fmt_ns(b, sizeof b, e->was_ns));
-  if (o->workers > 1)
+  if (o->workers > 1 && e->stealing)
+    EMIT("ran on the caller and %zu of the %u worker%s it offered parts to by work stealing, in %s (%s)", e->stolen,
+         o->workers - 1, o->workers > 2 ? "s" : "", fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
+  else if (o->workers > 1)
     EMIT("ran on %u workers in %s (%s)", o->workers, fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
   else if (o->why == WEFT__WHY_COLD)
     EMIT("ran on the caller in %s (%s; lost so far %s of the %s that waking it costs)",
@@ -451,6 +456,8 @@ decide:;
   TEST_COUNT((int)out.why);
 
   int64_t t1;
+  bool stealing = false;
+  size_t stolen = 0;
   if (out.workers <= 1 || done == n) {
     out.workers = 1;
     size_t from = done;
@@ -485,6 +492,8 @@ decide:;
     s->forks++;
     weft__cpu_fork(&r, out.workers);
     t1 = weft_now_ns();
+    stealing = kind == WEFT__TEAM_STEAL;
+    stolen = r.stolen;
     if (r.first_count)
       s->elem_ns = weft__model_average(s->elem_ns, (double)r.first_ns / (double)r.first_count);
     /* What the fork cost: the wall time less the share of the work the model expected of each worker. */
@@ -513,7 +522,8 @@ decide:;
     cache_caller_bound(s, n, &out);
   if (explain) {
     in.n = n;
-    explain_rec e = {pc, n, probed, in, out, (double)(t1 - t0), stall_ns, dear_ns, was_ns};
+    explain_rec e = {pc,      n,      probed,  in, out, (double)(t1 - t0), stall_ns, dear_ns, was_ns,
+                     stealing, stolen};
     explain_maybe(explain, &e);
   }
   return err;
@@ -596,6 +606,7 @@ static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_f
     if (explain) explain_fixed(pc, n, &o, false, explain);
     weft__range r;
     weft__range_init(&r, n, fn, ctx, 1, o.max_parallel);
+    r.blocking = true;
     return weft__pmap_cpu(&r);
   }
   if (explain) explain_fixed(pc, n, &o, false, explain);

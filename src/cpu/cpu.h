@@ -42,8 +42,13 @@ WEFT__LIST(weft__joblist, weft__job, next, prev);
  */
 void weft__cpu_run_range(weft__range *r);
 
-/* The kinds of team a CPU map can fork; each has its own fork-cost estimates (model.h). */
-enum { WEFT__TEAM_REGION = 0, WEFT__TEAM_TASKS, WEFT__TEAM_POOL, WEFT__TEAM_KINDS };
+/*
+ * The kinds of team a CPU map can fork; each has its own fork-cost
+ * estimates (model.h): a parallel region of the runtime's pooled threads,
+ * tasks in an enclosing team, weft's pool, or jobs on the caller's
+ * work-stealing deque for the workers of weft's own team (steal.h).
+ */
+enum { WEFT__TEAM_REGION = 0, WEFT__TEAM_TASKS, WEFT__TEAM_POOL, WEFT__TEAM_STEAL, WEFT__TEAM_KINDS };
 
 /* What a map forked from the calling thread would get. */
 typedef struct weft__team {
@@ -72,6 +77,33 @@ void weft__cpu_fork(weft__range *r, size_t k);
  * when no worker can be started (the caller reports or falls back).
  */
 int weft__cpu_submit(weft__job *j);
+
+/*
+ * weft__cpu_submit for a plain thread that may join j itself (a CPU
+ * future): where weft's team is open, j goes on the calling thread's
+ * work-stealing deque (steal.h), from which an idle worker steals it or the
+ * caller takes it back (weft__cpu_take). Never on a fiber: a fiber's
+ * carrier does not run CPU work. Same results as weft__cpu_submit.
+ */
+int weft__cpu_spawn(weft__job *j);
+
+/*
+ * True when j is the newest job of the calling thread's deque and was taken
+ * off it: the caller now owns the run and calls j->run(j) itself. False when
+ * it is not there (stolen, queued elsewhere, or behind newer jobs).
+ */
+bool weft__cpu_take(weft__job *j);
+
+/*
+ * While waiting for done(arg), a plain thread runs other CPU jobs (its own
+ * newest, then stolen ones). Returns true once done(arg); false when it
+ * found nothing to run for a while, or may not help here: the caller then
+ * blocks. Never on a fiber.
+ */
+bool weft__cpu_help(bool (*done)(void *arg), void *arg);
+
+/* Make sure weft's team will run: a deque got a job while the team was closing (steal.c, cpu_omp.c). */
+void weft__cpu_kick(void);
 
 /* True inside an OpenMP parallel region or task (nesting level > 0). */
 bool weft__cpu_in_region(void);

@@ -50,9 +50,14 @@
  *    say), the dispatcher runs the jobs itself, in order.
  */
 #include "cpu.h"
+#include "steal.h"
 
 #include <omp.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "../base/settings.h"
@@ -60,9 +65,13 @@
 #include "../base/process.h"
 #include "../base/annotate.h"
 #include "../base/sys.h"
+#include "../base/futex.h"
 
 /* How long the host keeps its team open without work. */
 #define LINGER_NS (50 * 1000000LL)
+
+/* How long an idle worker of the host team spins before it sleeps. */
+#define SPIN_NS (50 * 1000LL)
 
 /*
  * ThreadSanitizer and the OpenMP runtime's task memory: a task's private
@@ -93,8 +102,13 @@ static struct {
   bool waiting;           /* someone waits on cv: submit signals only then */
   pthread_cond_t idle_cv; /* shutdown waits here for idle (libomp) */
   bool cv_ready;          /* cv was initialised with CLOCK_MONOTONIC */
+  bool kick;              /* a deque got a job while the team was closing: open it again */
   pthread_t thread;
-  atomic_size_t active; /* jobs made tasks and not yet finished */
+  atomic_size_t queued;    /* jobs in `queue`: workers look without the lock */
+  atomic_bool open;        /* the team runs host_worker: plain threads may push to their own deques */
+  atomic_bool closing;     /* the master decided to close the team: workers leave once idle */
+  atomic_bool stop_asked;  /* stopping, flush or exiting: the master closes the team as soon as it is idle */
+  atomic_uint busy;        /* team workers not idle */
 } host = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Set in a child forked from a libgomp process: OpenMP is unusable there. */
@@ -142,10 +156,37 @@ static void fork_tasks(weft__range *r, size_t t) {
   }
 }
 
+/*
+ * Whether a map may open weft's team (a thread of weft's and the runtime's
+ * threads for its region) when it is closed. libgomp ends the process when
+ * it cannot create a region's threads, so where RLIMIT_NPROC is finite and
+ * leaves little room above this process's own threads (the limit counts
+ * every thread of the user, which a process cannot see cheaply: a small
+ * margin is all it can judge), maps keep to the caller's own region, whose
+ * threads already exist, as they did before weft's team could take them.
+ * CPU futures still open the team (weft_future_start documents the need).
+ */
+static bool threads_to_spare(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NPROC, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return true;
+  char buf[1024];
+  ssize_t len = weft__read_small("/proc/self/stat", buf, sizeof buf - 1);
+  if (len <= 0) return false;
+  buf[len] = 0;
+  /* num_threads is the 20th field, the 18th after the command's closing parenthesis. */
+  const char *p = strrchr(buf, ')');
+  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
+  long threads = p ? strtol(p + 1, NULL, 10) : 0;
+  if (threads <= 0) return false;
+  return rl.rlim_cur > (rlim_t)threads + 64 + (rlim_t)weft__cpu_threads();
+}
+
 /* Outside any region: a region of t threads from the runtime's pool, the caller its master. */
 static void fork_region(weft__range *r, size_t t) {
   /* A child forked after this region must know that libgomp's threads are gone (atfork_child). */
   pthread_once(&fork_once, fork_register);
+  /* Open weft's team for the maps that follow (fork_steal): this one cannot wait for it to start. */
+  if (threads_to_spare()) weft__cpu_kick();
   r->workers = t;
   size_t left = r->n - weft__load_relaxed(&r->next);
   if (r->static_ok || (r->grain && left / r->grain + (left % r->grain != 0) <= t)) {
@@ -165,11 +206,88 @@ static void fork_region(weft__range *r, size_t t) {
   weft__range_drain_from(r, (size_t)omp_get_thread_num());
 }
 
+/*
+ * On a thread with a work-stealing deque (a worker of the host team, that
+ * is a CPU future or a map called from a fiber): t - 1 jobs, each of which
+ * drains the range from its own slice, go on the deque for idle workers to
+ * steal; the caller drains from slice 0, then takes back the jobs nobody
+ * stole (their slices it has drained itself by stealing within the range)
+ * and waits only for the ones a worker took, running other jobs meanwhile.
+ * So the map never waits for a worker that has not started, and an OpenMP
+ * task made here would find the other workers busy in their own loops, not
+ * at a barrier where tasks run.
+ */
+typedef struct range_job {
+  weft__job job;
+  weft__range *r;
+  size_t home;
+  _Atomic uint32_t *left; /* the caller's count of jobs not yet finished */
+} range_job;
+
+static void range_job_run(weft__job *j) {
+  range_job *rj = weft__container_of(j, range_job, job);
+  _Atomic uint32_t *left = rj->left;
+  weft__range_drain_from(rj->r, rj->home);
+  /* The caller's frame (rj, left) may be gone once left reaches 0: the wake is on a copy of the address. */
+  if (atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) == 1) weft__futex_wake(left, 1);
+}
+
+static bool left_zero(void *arg) { return atomic_load_explicit((_Atomic uint32_t *)arg, memory_order_acquire) == 0; }
+
+static void fork_steal(weft__deque *own, weft__range *r, size_t t) {
+  if (t > WEFT__RANGE_SLICES) t = WEFT__RANGE_SLICES;
+  r->workers = t;
+  weft__range_split(r, t);
+  range_job rj[WEFT__RANGE_SLICES];
+  _Atomic uint32_t left;
+  atomic_init(&left, (uint32_t)(t - 1));
+  size_t pushed = 0;
+  for (size_t k = 1; k < t; k++, pushed++) {
+    rj[k] = (range_job){.job = {.run = range_job_run}, .r = r, .home = k, .left = &left};
+    if (!(r->blocking ? weft__ws_push_last(own, &rj[k].job) : weft__deque_push(own, &rj[k].job))) break;
+  }
+  if (pushed < t - 1) atomic_fetch_sub(&left, (uint32_t)(t - 1 - pushed));
+  if (pushed) weft__ws_notify();
+  weft__range_drain_from(r, 0);
+  size_t back = 0;
+  for (size_t k = pushed; k >= 1; k--, back++) {
+    if (!weft__ws_take_back(own, &rj[k].job, r->blocking)) break; /* stolen, and every older one with it */
+    atomic_fetch_sub_explicit(&left, 1, memory_order_relaxed);
+  }
+  r->stolen = pushed - back;
+  for (;;) {
+    uint32_t v = atomic_load_explicit(&left, memory_order_acquire);
+    if (v == 0 || weft__ws_help(left_zero, &left)) break;
+    weft__futex_wait(&left, v, -1);
+  }
+}
+
 /* Workers for today's split (an explicit grain, or a model-less call): all of them, up to the bounds. */
 static size_t all_workers(weft__range *r, size_t t) {
   if (r->max_workers && r->max_workers < t) t = r->max_workers;
   if (t > r->n) t = r->n;
   return t ? t : 1;
+}
+
+/*
+ * The deque a map of r forked here would use: the caller's own on a worker of
+ * weft's team; on a plain thread outside any region, its own (made on first
+ * use) while the team is open, that is while weft's workers are awake or
+ * lingering (LINGER_NS after their last job). NULL: fork a region or tasks.
+ */
+static weft__deque *steal_deque(const weft__range *r) {
+  if (tls_in_host) return weft__ws_mine();
+  /*
+   * Blocking elements without fibers (elements that may wait on one
+   * another) want every thread that can come at once, which a region gives:
+   * on weft's team they would share its workers with the blocking futures
+   * already there. On a worker of the team a region is no choice (tasks
+   * there would find the other workers in their loops), so they go on its
+   * deque as any map does.
+   */
+  if (r->blocking) return NULL;
+  if (!atomic_load_explicit(&host.open, memory_order_relaxed) || omp_get_level() > 0) return NULL;
+  return weft__ws_own();
 }
 
 void weft__cpu_run_range(weft__range *r) {
@@ -179,9 +297,12 @@ void weft__cpu_run_range(weft__range *r) {
   }
   bool in_team = omp_get_level() > 0;
   size_t t = all_workers(r, in_team ? (size_t)omp_get_num_threads() : weft__cpu_threads());
+  weft__deque *d;
   if (t <= 1) {
     r->workers = 1;
     weft__range_drain(r);
+  } else if ((d = steal_deque(r)) != NULL) {
+    fork_steal(d, r, t);
   } else if (in_team) {
     fork_tasks(r, t);
   } else {
@@ -191,6 +312,8 @@ void weft__cpu_run_range(weft__range *r) {
 
 unsigned weft__cpu_team_kind(void) {
   if (WEFT__UNLIKELY(omp_unusable)) return WEFT__TEAM_POOL;
+  if (tls_in_host || (omp_get_level() == 0 && atomic_load_explicit(&host.open, memory_order_relaxed)))
+    return WEFT__TEAM_STEAL;
   return omp_get_level() > 0 ? WEFT__TEAM_TASKS : WEFT__TEAM_REGION;
 }
 
@@ -199,7 +322,11 @@ void weft__cpu_team(weft__team *t) {
     weft__pool_team(t);
     return;
   }
-  if (omp_get_level() > 0) {
+  t->kind = weft__cpu_team_kind();
+  if (t->kind == WEFT__TEAM_STEAL) {
+    /* Weft's team, or the caller and as many of its workers as a region would have. */
+    t->size = tls_in_host ? (unsigned)omp_get_num_threads() : weft__cpu_threads();
+  } else if (omp_get_level() > 0) {
     /* The enclosing team: whoever is idle in it runs a task; the runtime does not say who is. */
     t->kind = WEFT__TEAM_TASKS;
     t->size = (unsigned)omp_get_num_threads();
@@ -215,7 +342,10 @@ void weft__cpu_fork(weft__range *r, size_t k) {
     weft__pool_fork(r, k);
     return;
   }
-  if (omp_get_level() > 0)
+  weft__deque *d = steal_deque(r);
+  if (d)
+    fork_steal(d, r, k);
+  else if (omp_get_level() > 0)
     fork_tasks(r, k);
   else
     fork_region(r, k);
@@ -231,54 +361,93 @@ static void host_cv_init(void) {
 
 static weft__job *host_pop(void) {
   if (host.exiting) return NULL; /* queued jobs are dropped: no one is left to wait for them */
-  return weft__jobq_pop(&host.queue);
+  weft__job *j = weft__jobq_pop(&host.queue);
+  if (j) atomic_fetch_sub_explicit(&host.queued, 1, memory_order_relaxed);
+  return j;
 }
 
-static void host_task(weft__job *j) {
-  j->run(j);
-  atomic_fetch_sub_explicit(&host.active, 1, memory_order_release);
-}
-
-WEFT__TSAN_UNSEEN static void spawn_host_task(weft__job *j) {
-#pragma omp task firstprivate(j)
-  host_task(j);
-}
-
-static void cv_wait_ns(int64_t ns) {
-  host.waiting = true;
-  weft__cond_wait_until(&host.cv, &host.mu, weft__mono_ns() + ns);
-  host.waiting = false;
-}
-
-/* The master thread of the host team: turn queued jobs into tasks. */
-static void dispatch(bool alone) {
-  int64_t idle_since = 0;
+/* A job from the shared queue, without the lock when it looks empty. */
+static weft__job *inject_pop(void) {
+  if (weft__load_relaxed(&host.queued) == 0) return NULL;
   pthread_mutex_lock(&host.mu);
-  for (;;) {
-    weft__job *j;
-    while ((j = host_pop()) != NULL) {
-      pthread_mutex_unlock(&host.mu);
-      if (alone) {
-        j->run(j); /* a team of one: no one else would run the task */
-      } else {
-        atomic_fetch_add_explicit(&host.active, 1, memory_order_relaxed);
-        spawn_host_task(j);
-      }
-      pthread_mutex_lock(&host.mu);
-    }
-    /* Acquire pairs with host_task's release: the jobs' effects are visible. */
-    if (atomic_load_explicit(&host.active, memory_order_acquire) == 0) {
-      if (host.stopping || host.flush || host.exiting) break;
-      int64_t now = weft__mono_ns();
-      if (!idle_since) idle_since = now;
-      if (now - idle_since >= LINGER_NS) break;
-    } else {
-      idle_since = 0;
-    }
-    /* Wake now and then to see whether running tasks have finished. */
-    cv_wait_ns(LINGER_NS / 4);
-  }
+  weft__job *j = host_pop();
   pthread_mutex_unlock(&host.mu);
+  return j;
+}
+
+/*
+ * The master of the host team closes it: only when nothing is queued, no
+ * deque holds a job and no worker is busy, with `open` cleared first, so
+ * that a plain thread pushing to its own deque meanwhile sees it cleared
+ * and kicks the host (weft__cpu_spawn). False when work turned up.
+ */
+static bool try_close(void) {
+  atomic_store(&host.open, false);
+  if (!weft__ws_all_empty() || atomic_load(&host.queued) != 0 || atomic_load(&host.busy) != 0) {
+    atomic_store(&host.open, true);
+    return false;
+  }
+  atomic_store(&host.closing, true);
+  weft__ws_notify_all();
+  return true;
+}
+
+/*
+ * The loop every thread of the host team runs: its own deque's newest job,
+ * else another deque's oldest, else the shared queue's first; with nothing
+ * to run it spins for SPIN_NS (a burst of work then costs no wake-up), then
+ * sleeps until a push wakes it. The master (thread 0) also decides when the
+ * team closes: LINGER_NS after it last found work, or as soon as it is idle
+ * while weft shuts down or the process exits. A worker leaves only when the
+ * team is closing and it found nothing, its own deque included.
+ */
+static void host_worker(bool master) {
+  weft__deque *own = weft__ws_own(); /* NULL when every slot is taken: the shared queue still works */
+  int64_t idle_since = 0, spin_since = 0; /* idle since (the linger), looking since (the spin) */
+  bool idle = false, spinning = false;
+  atomic_fetch_add(&host.busy, 1);
+  for (;;) {
+    /*
+     * Its own newest job first (the depth-first order that keeps a
+     * recursion's memory small), then the shared queue, then the oldest job
+     * of another deque: the shared queue holds jobs older than any a thief
+     * would find (queued before the team opened, or by fibers), and jobs
+     * that wait on one another (blocking work on the CPU path, without
+     * fibers) must start in the order they were made.
+     */
+    weft__job *j = own ? weft__ws_find_own(own) : NULL;
+    if (!j) j = inject_pop();
+    if (!j) j = weft__ws_steal(own);
+    if (j) {
+      if (spinning) weft__ws_spinning(spinning = false);
+      if (idle) {
+        atomic_fetch_add(&host.busy, 1);
+        idle = false;
+      }
+      j->run(j);
+      continue;
+    }
+    int64_t now = weft__mono_ns();
+    if (!idle) {
+      atomic_fetch_sub(&host.busy, 1);
+      idle = true;
+      idle_since = spin_since = now;
+    }
+    if (atomic_load_explicit(&host.closing, memory_order_acquire)) break;
+    if (master && (now - idle_since >= LINGER_NS || weft__load_relaxed(&host.stop_asked)) && try_close()) break;
+    if (now - spin_since < SPIN_NS) {
+      if (!spinning) weft__ws_spinning(spinning = true);
+      /* Give the core to a runnable thread, if any (a map's caller, a busy worker), between looks. */
+      for (int i = 0; i < 16; i++) weft__cpu_relax();
+      sched_yield();
+      continue;
+    }
+    if (spinning) weft__ws_spinning(spinning = false);
+    weft__ws_sleep(own, master ? idle_since + LINGER_NS : weft__mono_ns() + LINGER_NS);
+    spin_since = weft__mono_ns(); /* woken: look (and spin) again before the next sleep */
+  }
+  if (spinning) weft__ws_spinning(false);
+  if (!idle) atomic_fetch_sub(&host.busy, 1);
 }
 
 /*
@@ -307,11 +476,19 @@ static int host_team_size(int want) {
 
 static void *host_main(void *arg) {
   WEFT__UNUSED(arg);
-  /* The team: the runtime's default number of threads, plus the dispatcher. */
+  /*
+   * The team: the runtime's default number of threads, each a worker. A
+   * caller that joins (a map's caller, a future's getter) takes part too, so
+   * up to one more thread than that runs CPU work at once; a team one
+   * smaller, as TBB's arena is, would leave a CPU future that blocks (on a
+   * blocking map whose elements wait for CPU maps, say) as the only worker,
+   * with no one to run what it waits for. Idle workers yield while they
+   * spin (host_worker), so the extra thread costs the others little.
+   */
   int workers = omp_get_max_threads();
   pthread_mutex_lock(&host.mu);
   for (;;) {
-    while ((!host.queue.head || host.exiting) && !host.stopping) {
+    while (((!host.queue.head && !host.kick) || host.exiting) && !host.stopping) {
       host.idle = true;
       pthread_cond_broadcast(&host.idle_cv);
       host.waiting = true;
@@ -319,15 +496,16 @@ static void *host_main(void *arg) {
       host.waiting = false;
       host.idle = false;
     }
-    if ((!host.queue.head || host.exiting) && host.stopping) break;
+    if (((!host.queue.head && !host.kick) || host.exiting) && host.stopping && weft__ws_all_empty()) break;
+    host.kick = false;
+    atomic_store(&host.closing, false);
+    atomic_store(&host.open, true);
     pthread_mutex_unlock(&host.mu);
-    int team = host_team_size(workers + 1);
+    int team = host_team_size(workers);
 #pragma omp parallel num_threads(team)
     {
       tls_in_host = true;
-      if (omp_get_thread_num() == 0) dispatch(omp_get_num_threads() == 1);
-        /* Every task has run once the dispatcher is through this barrier. */
-#pragma omp barrier
+      host_worker(omp_get_thread_num() == 0);
       tls_in_host = false;
     }
     pthread_mutex_lock(&host.mu);
@@ -354,6 +532,8 @@ static int host_submit(weft__job *j);
 static void exit_begin(void) {
   pthread_mutex_lock(&host.mu);
   host.exiting = true;
+  atomic_store(&host.stop_asked, true);
+  weft__ws_notify_all();
   pthread_cond_broadcast(&host.cv);
   pthread_mutex_unlock(&host.mu);
 }
@@ -390,9 +570,17 @@ WEFT__TSAN_UNSEEN static void spawn_region_task(weft__job *j) {
   region_task(j);
 }
 
+/* Push j on the calling thread's deque and wake a sleeping worker; false when it has none or it is full. */
+static bool push_own(weft__deque *d, weft__job *j) {
+  if (!d || !weft__deque_push(d, j)) return false;
+  weft__ws_notify();
+  return true;
+}
+
 int weft__cpu_submit(weft__job *j) {
   if (WEFT__UNLIKELY(omp_unusable)) return weft__pool_submit(j);
-  if (omp_get_level() > 0) {
+  if (tls_in_host && push_own(weft__ws_mine(), j)) return 0;
+  if (omp_get_level() > 0 && !tls_in_host) {
     /* Inside a region or task: a task of the enclosing team, no new threads. */
     weft__job *saved = tls_submitting;
     tls_submitting = j;
@@ -403,26 +591,69 @@ int weft__cpu_submit(weft__job *j) {
   return host_submit(j);
 }
 
+int weft__cpu_spawn(weft__job *j) {
+  if (WEFT__UNLIKELY(omp_unusable)) return weft__pool_submit(j);
+  if (tls_in_host || omp_get_level() > 0 || !atomic_load_explicit(&host.open, memory_order_relaxed))
+    return weft__cpu_submit(j);
+  if (!push_own(weft__ws_own(), j)) return host_submit(j);
+  /*
+   * The team may have begun to close before the push (try_close clears
+   * `open`, then looks at every deque): if it cleared it, it may not have
+   * seen this job, so the host must open the team again. The fence orders
+   * the push before the load, as try_close's seq_cst store orders its own.
+   */
+  atomic_thread_fence(memory_order_seq_cst);
+  if (!atomic_load_explicit(&host.open, memory_order_relaxed)) weft__cpu_kick();
+  return 0;
+}
+
+bool weft__cpu_take(weft__job *j) {
+  weft__deque *d = weft__ws_mine();
+  return d && weft__deque_take_if(d, j);
+}
+
+bool weft__cpu_help(bool (*done)(void *arg), void *arg) {
+  if (WEFT__UNLIKELY(omp_unusable)) return done(arg);
+  return weft__ws_help(done, arg);
+}
+
+/* Start the host thread if it is not running; called with host.mu held. */
+static int host_start_locked(void) {
+  if (!host.cv_ready) host_cv_init();
+  if (host.thread_started) return 0;
+  pthread_once(&fork_once, fork_register);
+  int rc = weft__thread_start(&host.thread, 0, "weft-omp", host_main, NULL);
+  if (rc < 0) return rc;
+  host.thread_started = true;
+  pthread_once(&exit_once, exit_register);
+  return 0;
+}
+
+void weft__cpu_kick(void) {
+  pthread_mutex_lock(&host.mu);
+  if (!host.stopping && host_start_locked() == 0) {
+    host.kick = true;
+    if (host.waiting) pthread_cond_signal(&host.cv);
+  }
+  pthread_mutex_unlock(&host.mu);
+}
+
 static int host_submit(weft__job *j) {
   pthread_mutex_lock(&host.mu);
   if (host.stopping) {
     pthread_mutex_unlock(&host.mu);
     return -ESHUTDOWN;
   }
-  if (!host.cv_ready) host_cv_init();
-  if (!host.thread_started) {
-    pthread_once(&fork_once, fork_register);
-    int rc = weft__thread_start(&host.thread, 0, "weft-omp", host_main, NULL);
-    if (rc < 0) {
-      pthread_mutex_unlock(&host.mu);
-      return rc;
-    }
-    host.thread_started = true;
-    pthread_once(&exit_once, exit_register);
+  int rc = host_start_locked();
+  if (rc < 0) {
+    pthread_mutex_unlock(&host.mu);
+    return rc;
   }
   weft__jobq_push(&host.queue, j);
+  atomic_fetch_add_explicit(&host.queued, 1, memory_order_relaxed);
   if (host.waiting) pthread_cond_signal(&host.cv);
   pthread_mutex_unlock(&host.mu);
+  weft__ws_notify();
   return 0;
 }
 
@@ -452,20 +683,27 @@ void weft__cpu_shutdown(void) {
      * the thread sleeps on a condition variable until weft needs it again.
      */
     host.flush = true;
+    atomic_store(&host.stop_asked, true);
     pthread_cond_broadcast(&host.cv);
-    while (!(host.idle && (!host.queue.head || host.exiting))) pthread_cond_wait(&host.idle_cv, &host.mu);
+    weft__ws_notify_all();
+    while (!(host.idle && ((!host.queue.head && !host.kick) || host.exiting)))
+      pthread_cond_wait(&host.idle_cv, &host.mu);
     host.flush = false;
+    atomic_store(&host.stop_asked, host.exiting);
     pthread_mutex_unlock(&host.mu);
     weft__pool_shutdown();
     return;
   }
   host.stopping = true;
+  atomic_store(&host.stop_asked, true);
   pthread_cond_broadcast(&host.cv);
+  weft__ws_notify_all();
   pthread_mutex_unlock(&host.mu);
   pthread_join(host.thread, NULL);
   pthread_mutex_lock(&host.mu);
   host.thread_started = false;
   host.stopping = false;
+  atomic_store(&host.stop_asked, host.exiting);
   pthread_mutex_unlock(&host.mu);
   weft__pool_shutdown();
 }
@@ -482,7 +720,13 @@ static void atfork_child(void) {
   host.idle = false;
   host.exiting = false;
   host.waiting = false;
-  atomic_store(&host.active, 0);
+  host.kick = false;
+  atomic_store(&host.queued, 0);
+  atomic_store(&host.open, false);
+  atomic_store(&host.closing, false);
+  atomic_store(&host.busy, 0);
+  atomic_store(&host.stop_asked, false);
   tls_in_host = false;
+  weft__ws_atfork_child();
   if (!runtime_is_libomp()) omp_unusable = true;
 }

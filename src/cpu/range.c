@@ -18,6 +18,7 @@ void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, siz
   r->grain = grain;
   r->max_workers = max_workers;
   r->workers = 1;
+  r->stolen = 0;
   atomic_init(&r->next, 0);
   weft__lock_init(&r->err_lock, WEFT__LOCK_LEAF);
   r->err_index = SIZE_MAX;
@@ -26,6 +27,7 @@ void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, siz
   r->nslices = 0;
   r->time_first = false;
   r->static_ok = false;
+  r->blocking = false;
   r->first_count = 0;
   r->first_ns = 0;
 }

@@ -31,6 +31,7 @@ typedef struct weft__range {
   size_t grain;                         /* indices per claim; 0: guided (shrinking chunks) */
   size_t max_workers;                   /* most contexts running indices at once; 0: no bound */
   size_t workers;                       /* contexts expected to claim, for guided chunk sizes */
+  size_t stolen;                        /* fork_steal (cpu_omp.c): slices' jobs that workers stole; else 0 */
   WEFT__ALIGNED_CL atomic_size_t next;  /* next unclaimed index: contended, on its own line */
   WEFT__ALIGNED_CL weft__lock err_lock; /* guards err_index and err */
   size_t err_index;                     /* lowest index whose call failed, or SIZE_MAX */
@@ -39,6 +40,7 @@ typedef struct weft__range {
   size_t nslices;                       /* 0: one shared counter (next); else slice[0..nslices) */
   bool time_first;                      /* home 0 times its first chunk (the model's sample) */
   bool static_ok;                       /* a region may split it statically (weft__range_run_static) */
+  bool blocking;                        /* BLOCKING work without fibers: wants threads, not stealing (cpu_omp.c) */
   size_t first_count;                   /* indices of that chunk; 0: none; written by home 0 only */
   int64_t first_ns;                     /* how long it took */
   weft__slice slice[WEFT__RANGE_SLICES];
