@@ -142,11 +142,16 @@ typedef int (*weft_index_fn)(void *ctx, size_t i);
  * before any element has started. A CPU map needs no new resource per element
  * (the OpenMP runtime's threads, or the caller alone).
  *
- * WEFT_CPU: the elements run as OpenMP tasks. Outside any parallel region the
- * call opens one on the OpenMP runtime's pooled threads (OMP_NUM_THREADS is
- * respected); inside a parallel region or task it creates tasks in the
- * enclosing team and never a nested team; on a fiber it hands the work to
- * weft's OpenMP team and parks the fiber. Built without OpenMP, the elements
+ * WEFT_CPU: the elements run on OpenMP's threads. Outside any parallel
+ * region, while weft's own OpenMP team is open (CPU futures opened it: its
+ * workers are busy, or idle for less than 50 ms), the caller puts parts of
+ * the range on its work-stealing deque for the team's workers to steal and
+ * runs the rest itself, waiting only for parts a worker took; otherwise the
+ * call opens a parallel region on the runtime's pooled threads
+ * (OMP_NUM_THREADS is respected). Inside a
+ * program's parallel region or task it creates tasks in the enclosing team
+ * and never a nested team; on a fiber it hands the work to weft's OpenMP
+ * team and parks the fiber. Built without OpenMP, the elements
  * run on weft's own pool of threads, with the caller taking part.
  *
  * With the automatic grain (0), a map called outside a fiber first asks a

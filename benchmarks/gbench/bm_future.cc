@@ -31,7 +31,9 @@
  *                             rows (BOTS nqueens' shape); deeper rows run the
  *                             sequential kernel.
  * Tbb is tbb::task_group (when TBB was found); OmpTask is `omp task` +
- * `taskwait` inside `omp parallel` + `single`.
+ * `taskwait` inside `omp parallel` + `single`; FibWeftInRegion is FibWeft
+ * called inside `omp parallel` + `single`, where weft's futures are tasks of
+ * the program's team rather than jobs on weft's deques.
  *
  * The parallel map's overhead against n and grain is in bm_pmap
  * (WeftPmapGrain, EmptyWeftPmap).
@@ -273,10 +275,22 @@ void BM_FibOmpTask(benchmark::State &state) {
   fib_check(state, r);
 }
 
+/* weft's futures inside a program's own parallel region: OpenMP tasks of that team (weft.h). */
+void BM_FibWeftInRegion(benchmark::State &state) {
+  long r = 0;
+  for (auto _ : state) {
+#pragma omp parallel
+#pragma omp single
+    r = fib_weft(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  }
+  fib_check(state, r);
+}
+
 #define FIB_ARGS ->ArgNames({"n", "cutoff"})->Args({38, 24})->Args({38, 18})->Args({38, 12})->UseRealTime()->Unit(benchmark::kMillisecond)
 BENCHMARK(BM_FibSeq)->ArgNames({"n"})->Arg(38)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FibWeft) FIB_ARGS;
 BENCHMARK(BM_FibOmpTask) FIB_ARGS;
+BENCHMARK(BM_FibWeftInRegion) FIB_ARGS;
 #ifdef WEFT_BENCH_HAVE_TBB
 void BM_FibTbb(benchmark::State &state) {
   long r = 0;

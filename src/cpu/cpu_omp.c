@@ -27,15 +27,30 @@
  *
  * Asynchronous work (CPU futures, and CPU maps called from fibers, which must
  * not run OpenMP on a carrier thread) goes to the "host": a thread of weft's
- * own that keeps an OpenMP team open while there is work. Its master thread
- * is the dispatcher: it takes jobs from weft's queue and makes each one an
- * explicit task, which the other threads of the team, waiting at the
- * region's end, pick up. The team has OMP_NUM_THREADS workers plus the
- * dispatcher, which sleeps on a condition variable between jobs, so it costs
- * no CPU. The team closes after LINGER_NS without work, so an idle weft holds
- * no running threads; the runtime's own spin-wait at the barrier (libgomp's
- * GOMP_SPINCOUNT, libomp's KMP_BLOCKTIME) is the runtime's to set, and weft
- * does not change it (docs/architecture.md).
+ * own that keeps an OpenMP team open while there is work. Every thread of
+ * that team (OMP_NUM_THREADS of them, the host thread their master) runs
+ * host_worker: work stealing on OpenMP's threads (steal.h, deque.h). A job
+ * goes on the deque of the thread that makes it (a CPU future started by a
+ * worker or by a plain thread, a map's parts), or, from a fiber, a carrier
+ * or before the team is open, in the shared queue (host.queue, first in
+ * first out). A worker runs its own newest job, else the shared queue's
+ * first, else steals another deque's oldest; with nothing to run it spins
+ * for SPIN_NS, yielding, then sleeps on a futex until a push wakes it. A
+ * join (weft_future_get, the end of a map) takes back what no one stole and
+ * runs other jobs while it waits: it never waits for a worker that has not
+ * started. While the team is open (CPU futures opened it), a map from a
+ * plain thread puts its parts on the caller's deque too (fork_steal),
+ * instead of opening a region whose end waits for every thread. A map does
+ * not open the team itself: while weft's team exists beside the caller's
+ * own pool, libgomp has more threads than cores and throttles every
+ * barrier's spin (to 1,000 rounds), so the program's own regions would wake
+ * their threads from futexes: an `omp parallel for` of 10 elements measured
+ * 59 µs instead of 1 (docs/benchmarks-journal.md). The team closes after LINGER_NS without work,
+ * so an idle weft holds no running threads; the runtime's own spin-wait at
+ * its barriers (libgomp's GOMP_SPINCOUNT, libomp's KMP_BLOCKTIME) is the
+ * runtime's to set, and weft does not change it (docs/architecture.md).
+ * Blocking work on the CPU path (no fibers) keeps first-in-first-out order
+ * and regions of its own: its elements may wait on one another.
  *
  * Known OpenMP pitfalls and what weft does about them:
  *  - A task may run at once on the thread that creates it (libgomp does so
@@ -47,7 +62,7 @@
  *    work on its own pool (cpu_pool.c) instead. LLVM's libomp re-creates its
  *    threads after fork, and weft keeps using it.
  *  - If the runtime gives the host team a single thread (OMP_THREAD_LIMIT=1,
- *    say), the dispatcher runs the jobs itself, in order.
+ *    say), that thread runs every job itself.
  */
 #include "cpu.h"
 #include "steal.h"
@@ -55,9 +70,6 @@
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "../base/settings.h"
@@ -156,37 +168,10 @@ static void fork_tasks(weft__range *r, size_t t) {
   }
 }
 
-/*
- * Whether a map may open weft's team (a thread of weft's and the runtime's
- * threads for its region) when it is closed. libgomp ends the process when
- * it cannot create a region's threads, so where RLIMIT_NPROC is finite and
- * leaves little room above this process's own threads (the limit counts
- * every thread of the user, which a process cannot see cheaply: a small
- * margin is all it can judge), maps keep to the caller's own region, whose
- * threads already exist, as they did before weft's team could take them.
- * CPU futures still open the team (weft_future_start documents the need).
- */
-static bool threads_to_spare(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NPROC, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return true;
-  char buf[1024];
-  ssize_t len = weft__read_small("/proc/self/stat", buf, sizeof buf - 1);
-  if (len <= 0) return false;
-  buf[len] = 0;
-  /* num_threads is the 20th field, the 18th after the command's closing parenthesis. */
-  const char *p = strrchr(buf, ')');
-  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
-  long threads = p ? strtol(p + 1, NULL, 10) : 0;
-  if (threads <= 0) return false;
-  return rl.rlim_cur > (rlim_t)threads + 64 + (rlim_t)weft__cpu_threads();
-}
-
 /* Outside any region: a region of t threads from the runtime's pool, the caller its master. */
 static void fork_region(weft__range *r, size_t t) {
   /* A child forked after this region must know that libgomp's threads are gone (atfork_child). */
   pthread_once(&fork_once, fork_register);
-  /* Open weft's team for the maps that follow (fork_steal): this one cannot wait for it to start. */
-  if (threads_to_spare()) weft__cpu_kick();
   r->workers = t;
   size_t left = r->n - weft__load_relaxed(&r->next);
   if (r->static_ok || (r->grain && left / r->grain + (left % r->grain != 0) <= t)) {
