@@ -178,7 +178,8 @@ static long fib_futures(int n, int cutoff) {
 static int fib_n(void) { return weft_test_slow_env() ? 16 : 22; }
 
 static void test_recursive_main(void) {
-  for (int cutoff = 1; cutoff <= 10; cutoff += 3) CU_ASSERT_EQUAL(fib_futures(fib_n(), cutoff), fib_seq(fib_n()));
+  for (int cutoff = 1; cutoff <= 10; cutoff += 3)
+    CU_ASSERT_EQUAL(fib_futures(fib_n(), cutoff), fib_seq(fib_n()));
 }
 
 static void *fib_root(void *arg) {
@@ -285,8 +286,10 @@ typedef struct map_arg {
 
 static int hit_one(void *ctx, size_t i) {
   map_arg *m = ctx;
-  if (i >= m->n) atomic_fetch_add(&m->bad, 1);
-  else atomic_fetch_add_explicit(&m->hit[i], 1, memory_order_relaxed);
+  if (i >= m->n)
+    atomic_fetch_add(&m->bad, 1);
+  else
+    atomic_fetch_add_explicit(&m->hit[i], 1, memory_order_relaxed);
 #ifdef WEFT_HAVE_OPENMP
   if (omp_get_thread_num() < 0) atomic_fetch_add(&m->bad, 1);
 #endif

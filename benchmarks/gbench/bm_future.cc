@@ -216,7 +216,8 @@ long fib_weft(int n, int cutoff) {
   if (n <= cutoff) return fib_seq(n);
   FibArg child{n - 1, cutoff, 0};
   weft_future *f;
-  if (weft_future_start(WEFT_CPU, fib_task, &child, &f) != 0) return fib_weft(n - 1, cutoff) + fib_weft(n - 2, cutoff);
+  if (weft_future_start(WEFT_CPU, fib_task, &child, &f) != 0)
+    return fib_weft(n - 1, cutoff) + fib_weft(n - 2, cutoff);
   long y = fib_weft(n - 2, cutoff);
   if (weft_future_get(f, -1, nullptr) != 0) child.result = -1;
   weft_future_free(f);
@@ -286,7 +287,13 @@ void BM_FibWeftInRegion(benchmark::State &state) {
   fib_check(state, r);
 }
 
-#define FIB_ARGS ->ArgNames({"n", "cutoff"})->Args({38, 24})->Args({38, 18})->Args({38, 12})->UseRealTime()->Unit(benchmark::kMillisecond)
+#define FIB_ARGS                                                                                             \
+  ->ArgNames({"n", "cutoff"})                                                                                \
+      ->Args({38, 24})                                                                                       \
+      ->Args({38, 18})                                                                                       \
+      ->Args({38, 12})                                                                                       \
+      ->UseRealTime()                                                                                        \
+      ->Unit(benchmark::kMillisecond)
 BENCHMARK(BM_FibSeq)->ArgNames({"n"})->Arg(38)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FibWeft) FIB_ARGS;
 BENCHMARK(BM_FibOmpTask) FIB_ARGS;
@@ -401,7 +408,8 @@ void BM_QueensSeq(benchmark::State &state) {
 
 void BM_QueensWeft(benchmark::State &state) {
   long r = 0;
-  for (auto _ : state) r = queens_weft(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 0, 0, 0);
+  for (auto _ : state)
+    r = queens_weft(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 0, 0, 0);
   queens_check(state, r);
 }
 
@@ -415,14 +423,16 @@ void BM_QueensOmpTask(benchmark::State &state) {
   queens_check(state, r);
 }
 
-#define QUEENS_ARGS ->ArgNames({"n", "depth"})->Args({13, 2})->Args({13, 4})->UseRealTime()->Unit(benchmark::kMillisecond)
+#define QUEENS_ARGS                                                                                          \
+  ->ArgNames({"n", "depth"})->Args({13, 2})->Args({13, 4})->UseRealTime()->Unit(benchmark::kMillisecond)
 BENCHMARK(BM_QueensSeq)->ArgNames({"n"})->Arg(13)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_QueensWeft) QUEENS_ARGS;
 BENCHMARK(BM_QueensOmpTask) QUEENS_ARGS;
 #ifdef WEFT_BENCH_HAVE_TBB
 void BM_QueensTbb(benchmark::State &state) {
   long r = 0;
-  for (auto _ : state) r = queens_tbb(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 0, 0, 0);
+  for (auto _ : state)
+    r = queens_tbb(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)), 0, 0, 0);
   queens_check(state, r);
 }
 BENCHMARK(BM_QueensTbb) QUEENS_ARGS;

@@ -326,7 +326,8 @@ int weft_future_get(weft_future *f, int64_t deadline_ns, void **result) {
    * finds none. A join never waits for a worker that has not started.
    */
   for (;;) {
-    if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) && !weft__parkable_self()) {
+    if (deadline_ns == -1 && atomic_load_explicit(&f->on_cpu, memory_order_relaxed) &&
+        !weft__parkable_self()) {
       if (s == F_PENDING) {
         if (weft__cpu_take(&f->job)) {
           job_run(&f->job); /* claims it (a cancel may have won), runs it, drops the runner's reference */

@@ -295,8 +295,9 @@ static void explain_print(const explain_rec *e) {
     EMIT("the first elements took %s each, not %s: decided again for the rest: ",
          fmt_ns(a, sizeof a, e->dear_ns), fmt_ns(b, sizeof b, e->was_ns));
   if (o->workers > 1 && e->stealing)
-    EMIT("ran on the caller and %zu of the %u worker%s it offered parts to by work stealing, in %s (%s)", e->stolen,
-         o->workers - 1, o->workers > 2 ? "s" : "", fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
+    EMIT("ran on the caller and %zu of the %u worker%s it offered parts to by work stealing, in %s (%s)",
+         e->stolen, o->workers - 1, o->workers > 2 ? "s" : "", fmt_ns(d, sizeof d, e->took_ns),
+         weft__why_text(o->why));
   else if (o->workers > 1)
     EMIT("ran on %u workers in %s (%s)", o->workers, fmt_ns(d, sizeof d, e->took_ns), weft__why_text(o->why));
   else if (o->why == WEFT__WHY_COLD)
@@ -522,8 +523,7 @@ decide:;
     cache_caller_bound(s, n, &out);
   if (explain) {
     in.n = n;
-    explain_rec e = {pc,      n,      probed,  in, out, (double)(t1 - t0), stall_ns, dear_ns, was_ns,
-                     stealing, stolen};
+    explain_rec e = {pc, n, probed, in, out, (double)(t1 - t0), stall_ns, dear_ns, was_ns, stealing, stolen};
     explain_maybe(explain, &e);
   }
   return err;

@@ -116,11 +116,11 @@ static struct {
   bool cv_ready;          /* cv was initialised with CLOCK_MONOTONIC */
   bool kick;              /* a deque got a job while the team was closing: open it again */
   pthread_t thread;
-  atomic_size_t queued;    /* jobs in `queue`: workers look without the lock */
-  atomic_bool open;        /* the team runs host_worker: plain threads may push to their own deques */
-  atomic_bool closing;     /* the master decided to close the team: workers leave once idle */
-  atomic_bool stop_asked;  /* stopping, flush or exiting: the master closes the team as soon as it is idle */
-  atomic_uint busy;        /* team workers not idle */
+  atomic_size_t queued;   /* jobs in `queue`: workers look without the lock */
+  atomic_bool open;       /* the team runs host_worker: plain threads may push to their own deques */
+  atomic_bool closing;    /* the master decided to close the team: workers leave once idle */
+  atomic_bool stop_asked; /* stopping, flush or exiting: the master closes the team as soon as it is idle */
+  atomic_uint busy;       /* team workers not idle */
 } host = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Set in a child forked from a libgomp process: OpenMP is unusable there. */
@@ -217,7 +217,9 @@ static void range_job_run(weft__job *j) {
   if (atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) == 1) weft__futex_wake(left, 1);
 }
 
-static bool left_zero(void *arg) { return atomic_load_explicit((_Atomic uint32_t *)arg, memory_order_acquire) == 0; }
+static bool left_zero(void *arg) {
+  return atomic_load_explicit((_Atomic uint32_t *)arg, memory_order_acquire) == 0;
+}
 
 static void fork_steal(weft__deque *own, weft__range *r, size_t t) {
   if (t > WEFT__RANGE_SLICES) t = WEFT__RANGE_SLICES;
@@ -387,7 +389,7 @@ static bool try_close(void) {
  * team is closing and it found nothing, its own deque included.
  */
 static void host_worker(bool master) {
-  weft__deque *own = weft__ws_own(); /* NULL when every slot is taken: the shared queue still works */
+  weft__deque *own = weft__ws_own();      /* NULL when every slot is taken: the shared queue still works */
   int64_t idle_since = 0, spin_since = 0; /* idle since (the linger), looking since (the spin) */
   bool idle = false, spinning = false;
   atomic_fetch_add(&host.busy, 1);
@@ -419,7 +421,8 @@ static void host_worker(bool master) {
       idle_since = spin_since = now;
     }
     if (atomic_load_explicit(&host.closing, memory_order_acquire)) break;
-    if (master && (now - idle_since >= LINGER_NS || weft__load_relaxed(&host.stop_asked)) && try_close()) break;
+    if (master && (now - idle_since >= LINGER_NS || weft__load_relaxed(&host.stop_asked)) && try_close())
+      break;
     if (now - spin_since < SPIN_NS) {
       if (!spinning) weft__ws_spinning(spinning = true);
       /* Give the core to a runnable thread, if any (a map's caller, a busy worker), between looks. */

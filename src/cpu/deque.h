@@ -119,7 +119,8 @@ static inline struct weft__job *weft__deque_steal_from(weft__deque *d, bool mark
   if (t >= b) return WEFT__STEAL_EMPTY;
   struct weft__job *j = weft__load_relaxed(&d->item[t & (WEFT__DEQUE_CAP - 1)]);
   if (!marked_too && ((uintptr_t)j & WEFT__DEQUE_MARK)) return WEFT__STEAL_EMPTY;
-  if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst, memory_order_relaxed))
+  if (!atomic_compare_exchange_strong_explicit(&d->top, &t, t + 1, memory_order_seq_cst,
+                                               memory_order_relaxed))
     return WEFT__STEAL_LOST;
   return j;
 }

@@ -40,9 +40,9 @@ typedef struct weft__range {
   size_t nslices;                       /* 0: one shared counter (next); else slice[0..nslices) */
   bool time_first;                      /* home 0 times its first chunk (the model's sample) */
   bool static_ok;                       /* a region may split it statically (weft__range_run_static) */
-  bool blocking;                        /* BLOCKING work without fibers: wants threads, not stealing (cpu_omp.c) */
-  size_t first_count;                   /* indices of that chunk; 0: none; written by home 0 only */
-  int64_t first_ns;                     /* how long it took */
+  bool blocking;      /* BLOCKING work without fibers: wants threads, not stealing (cpu_omp.c) */
+  size_t first_count; /* indices of that chunk; 0: none; written by home 0 only */
+  int64_t first_ns;   /* how long it took */
   weft__slice slice[WEFT__RANGE_SLICES];
 } weft__range;
 

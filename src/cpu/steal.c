@@ -35,10 +35,10 @@
 #define HELP_DEPTH_MAX 64
 
 static struct {
-  weft__deque *_Atomic slot[WEFT__WS_SLOTS]; /* made deques, in order; never freed */
-  atomic_bool owned[WEFT__WS_SLOTS];         /* a thread holds slot[i] */
-  atomic_uint nslots;                        /* slots made so far */
-  pthread_mutex_t mu;                        /* serialises making a slot */
+  weft__deque *_Atomic slot[WEFT__WS_SLOTS];  /* made deques, in order; never freed */
+  atomic_bool owned[WEFT__WS_SLOTS];          /* a thread holds slot[i] */
+  atomic_uint nslots;                         /* slots made so far */
+  pthread_mutex_t mu;                         /* serialises making a slot */
   WEFT__ALIGNED_CL _Atomic uint32_t sleepers; /* workers asleep or falling asleep */
   _Atomic uint32_t spinners;                  /* idle workers still looking for work, awake */
   atomic_bool waking;                         /* a wake-up is being sent */
@@ -178,7 +178,8 @@ void weft__ws_spinning(bool on) {
 }
 
 void weft__ws_notify(void) {
-  /* A worker that is awake and looking will find the job: no one need be woken (Go's runtime does the same). */
+  /* A worker that is awake and looking will find the job: no one need be woken (Go's runtime does the same).
+   */
   if (WEFT__LIKELY(weft__load_relaxed(&ws.sleepers) == 0) || weft__load_relaxed(&ws.spinners) != 0) return;
   if (atomic_exchange_explicit(&ws.waking, true, memory_order_acquire)) return;
   atomic_fetch_add_explicit(&ws.seq, 1, memory_order_release);

@@ -84,7 +84,7 @@ void weft__ws_sleep(weft__deque *own, int64_t deadline_ns);
 #define WEFT__WS_HELP_NS (50 * 1000LL)
 bool weft__ws_help(bool (*done)(void *arg), void *arg);
 
-/* The process forked: in the child only the calling thread exists; every deque is emptied and freed but its own. */
+/* The process forked: in the child only the calling thread exists; every deque but its own is emptied. */
 void weft__ws_atfork_child(void);
 
 #endif /* WEFT_CPU_STEAL_H */
