@@ -143,9 +143,9 @@ typedef int (*weft_index_fn)(void *ctx, size_t i);
  * (the OpenMP runtime's threads, or the caller alone).
  *
  * WEFT_CPU: the elements run on OpenMP's threads. Outside any parallel
- * region, while weft's own OpenMP team is open (CPU futures opened it: its
- * workers are busy, or idle for less than 50 ms), the caller puts parts of
- * the range on its work-stealing deque for the team's workers to steal and
+ * region, with the automatic grain, while weft's own OpenMP team is open
+ * (CPU futures opened it: its workers are busy, or idle for less than 50
+ * ms), the caller puts parts of the range on its work-stealing deque for the team's workers to steal and
  * runs the rest itself, waiting only for parts a worker took; otherwise the
  * call opens a parallel region on the runtime's pooled threads
  * (OMP_NUM_THREADS is respected). Inside a

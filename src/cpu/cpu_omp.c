@@ -284,11 +284,19 @@ void weft__cpu_run_range(weft__range *r) {
   }
   bool in_team = omp_get_level() > 0;
   size_t t = all_workers(r, in_team ? (size_t)omp_get_num_threads() : weft__cpu_threads());
+  /*
+   * An explicit grain (or a model-less call) asks for the team: every
+   * thread that can come runs chunks at once, which a region guarantees and
+   * a deque does not (no worker may steal, and the caller then runs it all,
+   * one chunk after another: elements that wait on one another, or on
+   * something they start, would run one at a time). So only a worker of
+   * weft's team, where a region is no choice, forks onto its deque here.
+   */
   weft__deque *d;
   if (t <= 1) {
     r->workers = 1;
     weft__range_drain(r);
-  } else if ((d = steal_deque(r)) != NULL) {
+  } else if (tls_in_host && (d = steal_deque(r)) != NULL) {
     fork_steal(d, r, t);
   } else if (in_team) {
     fork_tasks(r, t);
