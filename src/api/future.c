@@ -150,6 +150,12 @@ static void release(weft_future *f) {
   }
 }
 
+/* Wake every getter queued on f; called with f->lock held. */
+static void wake_getters_locked(weft_future *f) {
+  weft__waiter *w;
+  while ((w = weft__waitlist_take(&f->waiters)) != NULL) weft__waiter_wake(w);
+}
+
 /*
  * Publish a final state and wake every getter. A getter checks the state
  * under the lock before it queues itself, so none is missed.
@@ -158,8 +164,7 @@ static void finish(weft_future *f, uint32_t state) {
   weft__lock_acquire(&f->lock);
   f->run_tc = NULL;
   atomic_store_explicit(&f->state, state, memory_order_release); /* pairs with getters' acquire */
-  weft__waiter *w;
-  while ((w = weft__waitlist_take(&f->waiters)) != NULL) weft__waiter_wake(w);
+  wake_getters_locked(f);
   weft__lock_release(&f->lock);
 }
 
@@ -225,8 +230,7 @@ static void fiber_nostack(weft__fiber *fb) {
    * job is queued it may run and free the future.
    */
   weft__lock_acquire(&f->lock);
-  weft__waiter *w;
-  while ((w = weft__waitlist_take(&f->waiters)) != NULL) weft__waiter_wake(w);
+  wake_getters_locked(f);
   weft__lock_release(&f->lock);
   if (weft__cpu_submit(&f->job) == 0) return;
   drop_pending(f, F_FAILED);

@@ -439,7 +439,7 @@ static void host_worker(bool master) {
       continue;
     }
     if (spinning) weft__ws_spinning(spinning = false);
-    weft__ws_sleep(own, master ? idle_since + LINGER_NS : weft__mono_ns() + LINGER_NS);
+    weft__ws_sleep(master ? idle_since + LINGER_NS : weft__mono_ns() + LINGER_NS);
     spin_since = weft__mono_ns(); /* woken: look (and spin) again before the next sleep */
   }
   if (spinning) weft__ws_spinning(false);
@@ -605,7 +605,7 @@ int weft__cpu_spawn(weft__job *j) {
 
 bool weft__cpu_take(weft__job *j) {
   weft__deque *d = weft__ws_mine();
-  return d && weft__deque_take_if(d, j);
+  return d && weft__ws_take_back(d, j, false);
 }
 
 bool weft__cpu_help(bool (*done)(void *arg), void *arg) {

@@ -192,8 +192,7 @@ void weft__ws_notify_all(void) {
   weft__futex_wake(&ws.seq, INT32_MAX);
 }
 
-void weft__ws_sleep(weft__deque *own, int64_t deadline_ns) {
-  WEFT__UNUSED(own);
+void weft__ws_sleep(int64_t deadline_ns) {
   uint32_t seq = atomic_load_explicit(&ws.seq, memory_order_acquire);
   atomic_fetch_add_explicit(&ws.sleepers, 1, memory_order_seq_cst);
   if (weft__ws_all_empty()) {

@@ -73,7 +73,7 @@ void weft__ws_notify_all(void);
  * work appeared after it announced itself asleep. Spurious returns happen:
  * the caller looks for work again.
  */
-void weft__ws_sleep(weft__deque *own, int64_t deadline_ns);
+void weft__ws_sleep(int64_t deadline_ns);
 
 /*
  * Join help: run other jobs (the caller's own newest first, then stolen
