@@ -273,6 +273,61 @@ static void test_stalls(void) {
   CU_ASSERT(weft__fork_stall(&c, t2 + 40 * WEFT__MODEL_HALF_LIFE_NS) < 1e-6);
 }
 
+/*
+ * A long map's join: what the caller waited once it had nothing left to
+ * claim. A preempted worker (a busy process on the other core) makes it
+ * milliseconds, counted as a stall, so that the model runs such maps on the
+ * caller; the tail of a healthy join is not one.
+ */
+static void test_join_waits(void) {
+  weft__fork_costs c;
+  memset(&c, 0, sizeof c);
+  const int64_t t = 5000000000LL;
+  /* No median yet: a wait is a stall only past STALL_MIN_NS. */
+  weft__fork_wait_record(&c, 0, 3000, 0, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 0, 1e-12);
+  CU_ASSERT_EQUAL(c.seen[0], 0); /* a wait is never a sample of the fork cost */
+  weft__fork_wait_record(&c, 0, 8e6, 130000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 8e6 / 2, 1e-6);
+  /* With a median of 600 ns: 2 us is a tail, not a stall; 10 us is a stall of 9.4 us. */
+  memset(&c, 0, sizeof c);
+  for (int k = 0; k < 3; k++) weft__fork_cost_record(&c, 0, 600, t);
+  weft__fork_wait_record(&c, 0, 2000, 0, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 0, 1e-12);
+  weft__fork_wait_record(&c, 0, 10000, 60000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 9400.0 / 5, 1e-6);
+  /* The tail of a long healthy map is not a stall: 10 us against shares of 1.2 ms (10^5 elements). */
+  weft__fork_wait_record(&c, 0, 10000, 1.2e6, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 9400.0 / 6, 1e-6);
+  /* Out-of-range buckets are the last one's. */
+  weft__fork_wait_record(&c, 99, 0, 0, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_stall(&c, t), 9400.0 / 7, 1e-6);
+
+  /*
+   * The decision it changes (the busy-core case of docs/benchmarks.md): a
+   * map of 10^4 elements of 26 ns, whose fork was never sampled (shares of
+   * 130 us are too long), on a team whose worker stalls 8 ms in one join of
+   * three: on the caller.
+   */
+  memset(&c, 0, sizeof c);
+  weft__fork_wait_record(&c, 0, 8e6, 130000, t);
+  weft__fork_wait_record(&c, 0, 1000, 130000, t);
+  weft__fork_wait_record(&c, 0, 1500, 130000, t);
+  double stall = weft__fork_stall(&c, t);
+  CU_ASSERT(stall > 2e6);
+  weft__model_in in = {.n = 10000, .elem_ns = 26, .team = 2, .idle = 2, .calls = 1};
+  in.fork_ns = weft__fork_cost(&c, 0, t) + stall;
+  in.fork_warm_ns = weft__fork_cost_best(&c, 0, t) + stall;
+  weft__model_out out;
+  weft__model_decide(&in, &out);
+  CU_ASSERT_EQUAL(out.workers, 1);
+  CU_ASSERT_EQUAL(out.why, WEFT__WHY_SMALL);
+  /* The same map on a team that never stalled: both workers. */
+  in.fork_ns = in.fork_warm_ns = WEFT__MODEL_FORK_GUESS;
+  weft__model_decide(&in, &out);
+  CU_ASSERT_EQUAL(out.workers, 2);
+}
+
 static void test_average(void) {
   CU_ASSERT_DOUBLE_EQUAL(weft__model_average(0, 20), 20, 1e-12);
   CU_ASSERT_DOUBLE_EQUAL(weft__model_average(20, 0), 20, 1e-12);
@@ -515,6 +570,7 @@ int main(int argc, char **argv) {
       {"gap_buckets", test_gap_buckets},
       {"fork_costs", test_fork_costs},
       {"stalls", test_stalls},
+      {"join_waits", test_join_waits},
       {"average", test_average},
       {"explain_flag", test_explain_flag},
       {"explain_env", test_explain_env},

@@ -171,6 +171,33 @@ void BM_WeftPmap(benchmark::State &state) {
   finish(state, d);
 }
 
+/*
+ * The same map as a range map: weft hands out sub-ranges and the loop over
+ * each is the caller's own, with the kernel called directly as the
+ * sequential loop, omp for and TBB call it. What weft's scheduling costs
+ * with no indirect call per element (weft_pmap's interface, BM_SeqFn).
+ */
+int math_range(void *ctx, size_t lo, size_t hi) {
+  Data *d = static_cast<Data *>(ctx);
+  int64_t *in = d->in, *out = d->out;
+  for (size_t i = lo; i < hi; i++) out[i] = weft_kernel_math(in[i]);
+  return 0;
+}
+
+void BM_WeftPmapRange(benchmark::State &state) {
+  Data &d = data_for(static_cast<size_t>(state.range(0)));
+  prepare(d);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT; /* grain 0: automatic */
+  for (auto _ : state) {
+    int rc = weft_pmap_range(d.n, math_range, &d, &o);
+    if (rc != 0) {
+      state.SkipWithError(weft_strerror(rc));
+      break;
+    }
+  }
+  finish(state, d);
+}
+
 void BM_WeftPmapGrain(benchmark::State &state) {
   Data &d = data_for(static_cast<size_t>(state.range(0)));
   prepare(d);
@@ -196,6 +223,21 @@ void BM_OmpFor(benchmark::State &state) {
   for (auto _ : state) {
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) out[i] = weft_kernel_math(in[i]);
+  }
+  finish(state, d);
+}
+
+/* omp for through the element function's pointer: weft_pmap's interface cost, as BM_SeqFn's. */
+void BM_OmpForFn(benchmark::State &state) {
+  Data &d = data_for(static_cast<size_t>(state.range(0)));
+  prepare(d);
+  const long n = static_cast<long>(d.n);
+  for (auto _ : state) {
+    weft_index_fn fn = seq_fn_ptr;
+    int err = 0;
+#pragma omp parallel for schedule(static) reduction(| : err)
+    for (long i = 0; i < n; i++) err |= fn(&d, static_cast<size_t>(i));
+    benchmark::DoNotOptimize(err);
   }
   finish(state, d);
 }
@@ -249,12 +291,14 @@ BENCHMARK(BM_Seq)->Apply(sizes);
 BENCHMARK(BM_SeqFn)->Apply(sizes);
 #ifdef _OPENMP
 BENCHMARK(BM_OmpFor)->Apply(sizes);
+BENCHMARK(BM_OmpForFn)->Apply(sizes);
 BENCHMARK(BM_OmpTaskloop)->Apply(sizes);
 #endif
 #ifdef WEFT_BENCH_HAVE_TBB
 BENCHMARK(BM_Tbb)->Apply(sizes);
 #endif
 BENCHMARK(BM_WeftPmap)->Apply(sizes);
+BENCHMARK(BM_WeftPmapRange)->Apply(sizes);
 BENCHMARK(BM_WeftPmapGrain)->Apply(grains);
 
 /* --- an empty call: the fixed cost of fork and join ------------------------ */

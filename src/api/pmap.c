@@ -490,6 +490,8 @@ decide:;
     r.time_first = s->timed < SITE_TIMED_FIRST || s->forks % FIRST_CHUNK_EVERY == 0;
     /* Short shares need no claims or steals in a region (cpu.h, weft__static_part). */
     r.static_ok = out.work_ns / (double)out.workers <= STATIC_MAX_NS;
+    bool sample = out.work_ns / (double)out.workers <= FORK_SAMPLE_MAX_NS;
+    r.time_done = !sample;
     s->forks++;
     weft__cpu_fork(&r, out.workers);
     t1 = weft_now_ns();
@@ -504,11 +506,15 @@ decide:;
      * A thread's first fork also starts the runtime's threads: a cost paid
      * once, not a fork's. And a long map says little about the fork: its
      * wall time less the expected work is mostly how unevenly the workers
-     * ran (a preempted worker adds milliseconds), a cost that a short map
-     * does not pay. Only short maps are samples.
+     * ran. Only short maps are samples; a long one still says, by how long
+     * the caller waited at the join once it had nothing left to claim,
+     * whether a worker stalled (model.h, weft__fork_wait_record).
      */
-    if (m->last_join[kind] && out.work_ns / (double)out.workers <= FORK_SAMPLE_MAX_NS)
+    if (m->last_join[kind] && sample)
       weft__fork_cost_record(&m->fork[kind], bucket, f, t1);
+    else if (m->last_join[kind] && r.done_at)
+      weft__fork_wait_record(&m->fork[kind], bucket, (double)(t1 - r.done_at),
+                             out.work_ns / (double)out.workers, t1);
     m->last_join[kind] = t1;
     if (m->forked[kind] < 2) m->forked[kind]++;
     int rc = weft__range_result(&r);

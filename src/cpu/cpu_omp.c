@@ -18,8 +18,8 @@
  * thread of the team is certain to run the region's body (its end waits for
  * them), so a short map (each share under STATIC_MAX_NS, api/pmap.c) or an
  * explicit grain with at most one chunk per thread is split statically
- * (weft__static_part, passed by value so that a worker reads one cache line
- * before its first element: no claim, no steal, as schedule(static)); longer
+ * (weft__static_part, one cache line that a worker reads before its first
+ * element: no claim, no steal, as schedule(static)); longer
  * maps keep the per-worker slices with stealing, which a preempted worker on
  * a shared machine needs. Tasks in an enclosing team, which may never run
  * until the taskgroup's end, always claim. No fork allocates: the range and
@@ -182,7 +182,7 @@ static void fork_region(weft__range *r, size_t t) {
      */
     weft__static_part part;
     weft__range_static_part(r, t, &part);
-#pragma omp parallel num_threads((int)t) firstprivate(part)
+#pragma omp parallel num_threads((int)t) shared(part)
     weft__range_run_static(&part, (size_t)omp_get_thread_num());
     return;
   }

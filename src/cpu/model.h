@@ -439,6 +439,47 @@ static inline double weft__fork_cost_best(const weft__fork_costs *c, unsigned b,
   return v > 0 ? v : WEFT__MODEL_FORK_GUESS;
 }
 
+/* Count one fork in the stall average, with what it stalled (0: none). */
+static inline void weft__fork_stall_add(weft__fork_costs *c, double excess, int64_t now) {
+  if (c->stall_at && now > c->stall_at) {
+    double keep = WEFT__MODEL_STALL_TAU_NS / (WEFT__MODEL_STALL_TAU_NS + (double)(now - c->stall_at));
+    c->stall_ns *= keep; /* a decay without libm */
+    c->forks *= keep;
+  }
+  c->stall_ns += excess > 0 ? excess : 0;
+  c->forks += 1;
+  c->stall_at = now;
+}
+
+/*
+ * A fork too long to be a sample of the fork cost (its wall time less the
+ * expected work is mostly how unevenly the workers ran): what the caller
+ * waited at the join after it had run out of indices to claim (`wait_ns`)
+ * still says whether a worker stalled. With slices and stealing the caller
+ * runs out only when every index is claimed, so a healthy join waits for the
+ * last small chunks; a worker that the kernel preempted (a busy process on
+ * the other core) makes the caller wait for it to come at all, or to finish
+ * a chunk it holds: milliseconds, that running on the caller alone would not
+ * have cost. Counted as a stall by the same rule as a short fork's sample,
+ * against the bucket's median (or with none, against STALL_MIN_NS alone),
+ * and only when it is over 1/WAIT_SHARE of a worker's share (`share_ns`):
+ * the tail of a long healthy map (a worker finishing its last chunk, 5-20 us
+ * at 10^5 elements here) is that map's own imbalance, not a cost that every
+ * fork of the thread, short ones included, should be charged with.
+ */
+#define WEFT__MODEL_WAIT_SHARE 8.0
+
+static inline void weft__fork_wait_record(weft__fork_costs *c, unsigned b, double wait_ns, double share_ns,
+                                          int64_t now) {
+  if (b >= WEFT__MODEL_GAPS) b = WEFT__MODEL_GAPS - 1;
+  double med = c->seen[b] >= 3 ? weft__fork_bucket(c, b, now) : 0;
+  double excess = wait_ns > WEFT__MODEL_STALL_FACTOR * med && wait_ns - med > WEFT__MODEL_STALL_MIN_NS &&
+                          wait_ns > share_ns / WEFT__MODEL_WAIT_SHARE
+                      ? wait_ns - med
+                      : 0;
+  weft__fork_stall_add(c, excess, now);
+}
+
 /* Record a measured fork-join cost (of the full team) at gap bucket b. */
 static inline void weft__fork_cost_record(weft__fork_costs *c, unsigned b, double ns, int64_t now) {
   if (b >= WEFT__MODEL_GAPS) b = WEFT__MODEL_GAPS - 1;
@@ -447,14 +488,7 @@ static inline void weft__fork_cost_record(weft__fork_costs *c, unsigned b, doubl
   double med = c->seen[b] >= 3 ? weft__fork_bucket(c, b, now) : 0;
   double excess =
       med > 0 && ns > WEFT__MODEL_STALL_FACTOR * med && ns - med > WEFT__MODEL_STALL_MIN_NS ? ns - med : 0;
-  if (c->stall_at && now > c->stall_at) {
-    double keep = WEFT__MODEL_STALL_TAU_NS / (WEFT__MODEL_STALL_TAU_NS + (double)(now - c->stall_at));
-    c->stall_ns *= keep; /* a decay without libm */
-    c->forks *= keep;
-  }
-  c->stall_ns += excess;
-  c->forks += 1;
-  c->stall_at = now;
+  weft__fork_stall_add(c, excess, now);
   for (unsigned i = WEFT__MODEL_FORK_SAMPLES - 1; i > 0; i--) {
     c->ns[b][i] = c->ns[b][i - 1];
     c->at[b][i] = c->at[b][i - 1];

@@ -30,6 +30,8 @@ void weft__range_init(weft__range *r, size_t n, weft_index_fn fn, void *ctx, siz
   r->blocking = false;
   r->first_count = 0;
   r->first_ns = 0;
+  r->time_done = false;
+  r->done_at = 0;
 }
 
 void weft__range_split(weft__range *r, size_t workers) {
@@ -128,19 +130,24 @@ void weft__range_drain_from(weft__range *r, size_t home) {
   } else {
     while ((c = weft__range_claim(r, &lo)) != 0) run_chunk(r, lo, c);
   }
+  if (home == 0 && r->time_done) r->done_at = weft__mono_ns();
   tc->scope = saved;
 }
 
 void weft__range_drain(weft__range *r) { weft__range_drain_from(r, 0); }
 
 void weft__range_static_part(weft__range *r, size_t k, weft__static_part *out) {
-  out->fn = r->fn;
-  out->rfn = r->rfn;
+  if (r->rfn)
+    out->f.rfn = r->rfn;
+  else
+    out->f.fn = r->fn;
+  out->is_range = r->rfn != NULL;
   out->ctx = r->ctx;
   out->base = weft__load_relaxed(&r->next);
   out->n = r->n;
   out->grain = r->grain;
-  out->k = k;
+  WEFT__ASSERT(k <= UINT32_MAX);
+  out->k = (uint32_t)k;
   out->scope = r->scope;
   out->r = r;
 }
@@ -172,21 +179,25 @@ void weft__range_run_static(const weft__static_part *p, size_t home) {
   weft__range *r = p->r;
   bool timed = home == 0 && r->time_first;
   int64_t t0 = timed ? weft__mono_ns() : 0;
-  if (p->rfn) {
+  if (p->is_range) {
     /* One sub-range; mine.next stays below its end while it runs (the part is still busy). */
-    int rc = p->rfn(p->ctx, lo, hi);
+    int rc = p->f.rfn(p->ctx, lo, hi);
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, lo, rc);
   } else {
     for (size_t i = lo; i < hi; i++) {
       weft__store_relaxed(&mine.next, i + 1);
-      int rc = p->fn(p->ctx, i);
+      int rc = p->f.fn(p->ctx, i);
       if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, i, rc);
     }
   }
-  if (timed) {
+  if (timed || (home == 0 && r->time_done)) {
     /* Home 0 is the caller: r is its own, and no other thread reads these. */
-    r->first_ns = weft__mono_ns() - t0;
-    r->first_count = hi - lo;
+    int64_t t1 = weft__mono_ns();
+    if (timed) {
+      r->first_ns = t1 - t0;
+      r->first_count = hi - lo;
+    }
+    if (r->time_done) r->done_at = t1;
   }
   tls_drain = saved_drain;
   tc->scope = saved;

@@ -43,6 +43,8 @@ typedef struct weft__range {
   bool blocking;      /* BLOCKING work without fibers: wants threads, not stealing (cpu_omp.c) */
   size_t first_count; /* indices of that chunk; 0: none; written by home 0 only */
   int64_t first_ns;   /* how long it took */
+  bool time_done;     /* home 0 notes when it has run out of indices to claim (the model's join wait) */
+  int64_t done_at;    /* when it did (weft__mono_ns); 0: not noted; written by home 0 only */
   weft__slice slice[WEFT__RANGE_SLICES];
 } weft__range;
 
@@ -111,20 +113,28 @@ int weft__range_result(weft__range *r);
  * when there are at most k chunks). Used for short maps (the caller says so
  * in static_ok), where a claim or a steal costs a cache-line transfer
  * between cores (100-500 ns on the 2-core VM) and there is little to
- * balance. The part is passed by value (firstprivate) so that a worker
- * reads one cache line, the region's own, before its first element.
+ * balance. A worker reads the region's data (the address of the part) and
+ * the part itself before its first element: the part fits one cache line,
+ * aligned, so that is two lines from the caller's core, as for the static
+ * split of an `omp for` (its data block and the line of the variables it
+ * shares). Passed firstprivate, gcc would copy it from the caller's frame
+ * through a pointer all the same.
  */
-typedef struct weft__static_part {
-  weft_index_fn fn;
-  weft_range_fn rfn; /* as weft__range's */
+typedef struct WEFT__ALIGNED_CL weft__static_part {
+  union {
+    weft_index_fn fn;
+    weft_range_fn rfn; /* as weft__range's, when is_range */
+  } f;
   void *ctx;
   size_t base; /* first index of the split (the probe ran the ones below) */
   size_t n;
   size_t grain; /* 0: k equal slices */
-  size_t k;
   struct weft__scope *scope;
-  weft__range *r; /* where errors go, and home 0's timing */
+  weft__range *r;    /* where errors go, and home 0's timing */
+  uint32_t k;        /* parts (threads of the region; at most a team's size) */
+  uint32_t is_range; /* f.rfn, else f.fn */
 } weft__static_part;
+_Static_assert(sizeof(weft__static_part) == WEFT__CACHELINE, "a static part is one cache line");
 
 void weft__range_static_part(weft__range *r, size_t k, weft__static_part *out);
 void weft__range_run_static(const weft__static_part *p, size_t home);
