@@ -12,6 +12,7 @@
 # generated file `page` of 9216 bytes (the size of weft-bench's own page).
 # nginx runs in the foreground of a background job (daemon off) and is killed
 # at exit; the system's nginx service, if any, is neither used nor touched.
+# That set-up is scripts/lib/nginx.sh, shared with scripts/bench-profile.sh.
 #
 # A, the client side: the same URL (nginx's /page), C connections (default
 # 1000), kept alive, loaded by
@@ -47,6 +48,9 @@
 # Exit status: 0 when every measurement that ran succeeded (skips included);
 # 1 when one failed (the others still run); 2 on a usage error.
 set -euo pipefail
+# The private nginx (its folder, config and page), shared with scripts/bench-profile.sh.
+# shellcheck source-path=SCRIPTDIR source=lib/nginx.sh
+. "$(dirname "$0")/lib/nginx.sh"
 
 usage() {
   echo "usage: scripts/bench-net.sh [--out FILE] [--repeat K] [--requests R] [--connections C]" \
@@ -78,7 +82,7 @@ for v in "$repeat" "$requests" "$conns" "$duration" "$wrk_threads"; do
   case "$v" in '' | *[!0-9]* | 0) echo "bench-net.sh: '$v' is not a positive integer" >&2; usage ;; esac
 done
 
-nginx_bin=${NGINX:-/usr/sbin/nginx}
+nginx_bin=$(weft_nginx_bin)
 wrk_bin=${WRK:-wrk}
 wb=$build/benchmarks/weft-bench/weft-bench
 have_nginx=1 have_wrk=1 have_wb=1
@@ -92,14 +96,14 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt $((2 * conns + 64)) ]
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-net.XXXXXX")
-nginx_pid=
+weft_nginx_pid= # set by weft_nginx_start
 serve_pid=
 epoll_pid=
 # shellcheck disable=SC2317 # run by the trap
 cleanup() {
   local p
-  for p in $nginx_pid $serve_pid $epoll_pid; do kill "$p" 2>/dev/null || true; done
-  for p in $nginx_pid $serve_pid $epoll_pid; do wait "$p" 2>/dev/null || true; done
+  for p in $weft_nginx_pid $serve_pid $epoll_pid; do kill "$p" 2>/dev/null || true; done
+  for p in $weft_nginx_pid $serve_pid $epoll_pid; do wait "$p" 2>/dev/null || true; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -114,29 +118,6 @@ wrk_version=none
 cpus=$(nproc)
 
 # --- helpers ---------------------------------------------------------------------
-
-# A port that nothing listens on now (the kernel's pick for port 0, then released).
-free_port() {
-  if command -v python3 >/dev/null; then
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-    return
-  fi
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-  return 1
-}
-
-# Wait until something accepts connections on 127.0.0.1:$1 (at most 10 s).
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  return 1
-}
 
 # Does 127.0.0.1:$1 serve the 9216-byte page at /page? One HTTP/1.0 GET (the server then closes).
 check_page() {
@@ -249,52 +230,12 @@ nginx_port=
 nginx_version=
 if [ $have_nginx = 1 ]; then
   nginx_version=$("$nginx_bin" -v 2>&1 | sed 's/^.*nginx\///')
-  mkdir -p "$tmp/www"
-  head -c 9216 /dev/zero | tr '\0' x >"$tmp/www/page"
-  # nginx's workers run as an unprivileged user when it starts as root: let them read the page.
-  chmod 0755 "$tmp" "$tmp/www"
-  chmod 0644 "$tmp/www/page"
-  nginx_port=$(free_port)
-  # The temporary paths compiled in (/var/lib/nginx/...) go into the folder too, for the modules
-  # this nginx has, so that nothing outside it is written or needed.
-  temp_paths=
-  nginx_build=$("$nginx_bin" -V 2>&1)
-  for t in client_body fastcgi proxy scgi uwsgi; do
-    case "$nginx_build" in *"--http-${t/_/-}-temp-path"*) temp_paths+="  ${t}_temp_path $tmp/${t}_temp;"$'\n' ;; esac
-  done
-  cat >"$tmp/nginx.conf" <<EOF
-# Written by scripts/bench-net.sh; removed at its exit.
-worker_processes $cpus;
-worker_rlimit_nofile $((4 * conns + 1024));
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/error.log warn;
-
-events {
-  worker_connections $((2 * conns + 1024));
-}
-
-http {
-  default_type text/html;
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  open_file_cache max=1000 inactive=60s;
-  keepalive_requests 1000000;
-  keepalive_timeout 60s;
-$temp_paths
-  server {
-    listen 127.0.0.1:$nginx_port backlog=4096;
-    root $tmp/www;
-    location / { }
-  }
-}
-EOF
-  "$nginx_bin" -p "$tmp/" -c "$tmp/nginx.conf" -e "$tmp/error.log" >"$tmp/nginx.out" 2>&1 &
-  nginx_pid=$!
-  if ! wait_port "$nginx_port"; then
+  # The port: python3's pick, or without python3 a probed one.
+  nginx_port=$(weft_nginx_free_port)
+  weft_nginx_start "$nginx_bin" "$tmp" "$nginx_port" "$conns"
+  if ! weft_nginx_wait_port "$nginx_port"; then
     echo "bench-net.sh: nginx did not start on 127.0.0.1:$nginx_port; the nginx parts are skipped:" >&2
-    cat "$tmp/nginx.out" "$tmp/error.log" 2>/dev/null >&2 || true
+    weft_nginx_logs "$tmp"
     have_nginx=0
     rc=1
   elif ! check_page "$nginx_port"; then
@@ -353,6 +294,8 @@ servers=()
 start_serve() {
   local o=$1 e=$2
   shift 2
+  # The file exists before the loop reads it, whether or not the job has opened it yet.
+  : >"$o"
   env "$@" "$wb" serve --port 0 --backend weft >"$o" 2>"$e" &
   started_pid=$!
   started_port=

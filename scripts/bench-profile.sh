@@ -38,6 +38,9 @@
 # JSON records there. Time: about a minute. Exit status: 0 (skips
 # included), 1 when a run failed, 2 on a usage error.
 set -euo pipefail
+# The private nginx (its folder, config and page), shared with scripts/bench-net.sh.
+# shellcheck source-path=SCRIPTDIR source=lib/nginx.sh
+. "$(dirname "$0")/lib/nginx.sh"
 
 usage() {
   echo "usage: scripts/bench-profile.sh [--only W[,W...]] [--top N] [--requests R] [--keep DIR] [BUILD_DIR]" >&2
@@ -76,10 +79,10 @@ fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-profile.XXXXXX")
-nginx_pid=
+weft_nginx_pid= # set by weft_nginx_start
 # shellcheck disable=SC2317 # run by the trap
 cleanup() {
-  [ -z "$nginx_pid" ] || { kill "$nginx_pid" 2>/dev/null || true; wait "$nginx_pid" 2>/dev/null || true; }
+  weft_nginx_stop
   if [ -n "$keep" ]; then
     mkdir -p "$keep"
     cp "$tmp"/*.data "$tmp"/*.json "$keep"/ 2>/dev/null || true
@@ -180,47 +183,21 @@ run_echo() {
     "$msgs" "$pid" "$rec" ""
 }
 
-# nginx as scripts/bench-net.sh sets it up; sets url, or returns 1.
+# nginx as scripts/bench-net.sh sets it up (scripts/lib/nginx.sh), for 1000 connections; sets url,
+# or returns 1.
 start_nginx() {
-  local nginx_bin=${NGINX:-/usr/sbin/nginx} port
+  local nginx_bin port
+  nginx_bin=$(weft_nginx_bin)
   [ -x "$nginx_bin" ] || { echo "bench-profile.sh: http skipped: nginx not found ($nginx_bin; scripts/deps.sh bench)" >&2; return 1; }
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  mkdir -p "$tmp/www"
-  head -c 9216 /dev/zero | tr '\0' x >"$tmp/www/page"
-  chmod 0755 "$tmp" "$tmp/www"
-  chmod 0644 "$tmp/www/page"
-  local temp_paths="" t nb
-  nb=$("$nginx_bin" -V 2>&1)
-  for t in client_body fastcgi proxy scgi uwsgi; do
-    case "$nb" in *"--http-${t/_/-}-temp-path"*) temp_paths+="  ${t}_temp_path $tmp/${t}_temp;"$'\n' ;; esac
-  done
-  cat >"$tmp/nginx.conf" <<EOF
-worker_processes $(nproc);
-worker_rlimit_nofile 5024;
-daemon off;
-pid $tmp/nginx.pid;
-error_log $tmp/error.log warn;
-events { worker_connections 3024; }
-http {
-  default_type text/html;
-  access_log off;
-  sendfile on;
-  tcp_nopush on;
-  open_file_cache max=1000 inactive=60s;
-  keepalive_requests 1000000;
-  keepalive_timeout 60s;
-$temp_paths
-  server { listen 127.0.0.1:$port backlog=4096; root $tmp/www; location / { } }
-}
-EOF
-  "$nginx_bin" -p "$tmp/" -c "$tmp/nginx.conf" -e "$tmp/error.log" >"$tmp/nginx.out" 2>&1 &
-  nginx_pid=$!
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && { url=http://127.0.0.1:$port/page; return 0; }
-    sleep 0.05
-  done
+  # The port: python3's pick only, as this script has always taken it.
+  port=$(weft_nginx_free_port --python3-only)
+  weft_nginx_start "$nginx_bin" "$tmp" "$port" 1000
+  if weft_nginx_wait_port "$port"; then
+    url=http://127.0.0.1:$port/page
+    return 0
+  fi
   echo "bench-profile.sh: http skipped: nginx did not start:" >&2
-  cat "$tmp/nginx.out" "$tmp/error.log" >&2 2>/dev/null || true
+  weft_nginx_logs "$tmp"
   return 1
 }
 
