@@ -244,6 +244,20 @@ static void test_fork_costs(void) {
   weft__fork_cost_record(&c, 2, -300, t);
   CU_ASSERT_DOUBLE_EQUAL(c.ns[2][0], 50, 1e-9);
   CU_ASSERT_EQUAL(c.seen[2], 1);
+  /*
+   * The estimates are kept for a millisecond (aging moves them by 0.1% in that
+   * time), and a new sample clears them at once.
+   */
+  memset(&c, 0, sizeof c);
+  for (int k = 0; k < 3; k++) weft__fork_cost_record(&c, 2, 40000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 2, t), 40000, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 2, t + WEFT__MODEL_MEMO_NS - 1), 40000, 1e-9);
+  CU_ASSERT(weft__fork_cost(&c, 2, t + 100 * WEFT__MODEL_MEMO_NS) < 40000);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost_best(&c, 3, t), 40000, 1e-9);
+  for (int k = 0; k < 3; k++) weft__fork_cost_record(&c, 2, 1000, t);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 2, t), 1000, 1e-9); /* three of 1000 among five: the median */
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost_best(&c, 3, t), 1000, 1e-9);
+  CU_ASSERT_DOUBLE_EQUAL(weft__fork_cost(&c, 1, t), WEFT__MODEL_FORK_GUESS, 1e-9); /* below b: untouched */
   /* 2^-x without libm. */
   CU_ASSERT_DOUBLE_EQUAL(weft__model_exp2_neg(0), 1, 1e-12);
   CU_ASSERT_DOUBLE_EQUAL(weft__model_exp2_neg(1), 0.5, 1e-12);

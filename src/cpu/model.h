@@ -343,10 +343,25 @@ typedef struct weft__fork_costs {
   double ns[WEFT__MODEL_GAPS][WEFT__MODEL_FORK_SAMPLES];  /* the last samples, newest first */
   int64_t at[WEFT__MODEL_GAPS][WEFT__MODEL_FORK_SAMPLES]; /* when each was taken (weft_now_ns) */
   unsigned seen[WEFT__MODEL_GAPS];                        /* how many there are */
+  /*
+   * The estimates of weft__fork_cost and weft__fork_cost_best, kept for
+   * MEMO_NS: each is a sort of up to 40 aged samples (an exp2 each), about
+   * 0.1 us of a forked call's decision, and aging moves them by 0.1% in a
+   * millisecond (a half-life of 0.5 s). A new sample clears them.
+   */
+  double memo_cost[WEFT__MODEL_GAPS], memo_best[WEFT__MODEL_GAPS];
+  int64_t memo_cost_at[WEFT__MODEL_GAPS], memo_best_at[WEFT__MODEL_GAPS]; /* 0: none */
   double stall_ns;  /* what stalled forks cost over their bucket's median, lately (decayed with time) */
   double forks;     /* forks lately, decayed the same way */
   int64_t stall_at; /* when the two were last decayed; 0: never */
 } weft__fork_costs;
+
+#define WEFT__MODEL_MEMO_NS 1000000LL
+
+/* A memo of time `at` that still holds at `now`. */
+static inline bool weft__model_memo_ok(int64_t at, int64_t now) {
+  return at != 0 && now >= at && now - at < WEFT__MODEL_MEMO_NS;
+}
 
 /* 2^-x for x >= 0, without libm (exact at integers, within 1% between). */
 static inline double weft__model_exp2_neg(double x) {
@@ -408,13 +423,18 @@ static inline double weft__fork_bucket(const weft__fork_costs *c, unsigned b, in
  * after a longer sleep, so the largest estimate of the buckets up to b; the
  * guess when none has a sample.
  */
-static inline double weft__fork_cost(const weft__fork_costs *c, unsigned b, int64_t now) {
+static inline double weft__fork_cost(weft__fork_costs *c, unsigned b, int64_t now) {
+  if (b >= WEFT__MODEL_GAPS) b = WEFT__MODEL_GAPS - 1;
+  if (weft__model_memo_ok(c->memo_cost_at[b], now)) return c->memo_cost[b];
   double v = 0;
   for (unsigned i = 0; i <= b && i < WEFT__MODEL_GAPS; i++) {
     double e = weft__fork_bucket(c, i, now);
     if (e > v) v = e;
   }
-  return v > 0 ? v : WEFT__MODEL_FORK_GUESS;
+  v = v > 0 ? v : WEFT__MODEL_FORK_GUESS;
+  c->memo_cost[b] = v;
+  c->memo_cost_at[b] = now;
+  return v;
 }
 
 /*
@@ -425,7 +445,9 @@ static inline double weft__fork_cost(const weft__fork_costs *c, unsigned b, int6
  * judged by it alone might never be given the run of forks that shows its
  * steady cost.
  */
-static inline double weft__fork_cost_best(const weft__fork_costs *c, unsigned b, int64_t now) {
+static inline double weft__fork_cost_best(weft__fork_costs *c, unsigned b, int64_t now) {
+  if (b >= WEFT__MODEL_GAPS) b = WEFT__MODEL_GAPS - 1;
+  if (weft__model_memo_ok(c->memo_best_at[b], now)) return c->memo_best[b];
   double v = 0;
   for (unsigned i = 0; i <= b && i < WEFT__MODEL_GAPS; i++) {
     if (c->seen[i] == 0) continue;
@@ -436,7 +458,10 @@ static inline double weft__fork_cost_best(const weft__fork_costs *c, unsigned b,
     }
     if (lo > v) v = lo;
   }
-  return v > 0 ? v : WEFT__MODEL_FORK_GUESS;
+  v = v > 0 ? v : WEFT__MODEL_FORK_GUESS;
+  c->memo_best[b] = v;
+  c->memo_best_at[b] = now;
+  return v;
 }
 
 /* Count one fork in the stall average, with what it stalled (0: none). */
@@ -496,6 +521,8 @@ static inline void weft__fork_cost_record(weft__fork_costs *c, unsigned b, doubl
   c->ns[b][0] = ns;
   c->at[b][0] = now;
   if (c->seen[b] < WEFT__MODEL_FORK_SAMPLES) c->seen[b]++;
+  /* Every bucket from b on depends on this one. */
+  for (unsigned i = b; i < WEFT__MODEL_GAPS; i++) c->memo_cost_at[i] = c->memo_best_at[i] = 0;
 }
 
 /* The reason in a few words, for EXPLAIN. */
