@@ -51,9 +51,9 @@ static void test_deque_order(void) {
   struct weft__job *marked = (struct weft__job *)((uintptr_t)item(5) | WEFT__DEQUE_MARK);
   CU_ASSERT_TRUE(weft__deque_push(&d, marked));
   CU_ASSERT_TRUE(weft__deque_push(&d, item(6)));
-  CU_ASSERT_PTR_EQUAL(weft__deque_steal_unmarked(&d), WEFT__STEAL_EMPTY);
+  CU_ASSERT_PTR_EQUAL(weft__deque_steal_from(&d, false), WEFT__STEAL_EMPTY);
   CU_ASSERT_PTR_EQUAL(weft__deque_steal(&d), marked);
-  CU_ASSERT_PTR_EQUAL(weft__deque_steal_unmarked(&d), item(6));
+  CU_ASSERT_PTR_EQUAL(weft__deque_steal_from(&d, false), item(6));
   CU_ASSERT_TRUE(weft__deque_empty(&d));
   /* Full: a push fails and changes nothing; the indices wrap round the array. */
   for (int round = 0; round < 3; round++) {

@@ -109,10 +109,12 @@ static inline bool weft__deque_take_if(weft__deque *d, struct weft__job *j) {
 /*
  * An item may carry a mark in its lowest bit (jobs are aligned): a job the
  * pusher would rather thieves took last (steal.c). The deque only hands the
- * mark on; weft__deque_steal_unmarked leaves such an item where it is.
+ * mark on; a steal that is not for marked items too leaves such an item where
+ * it is.
  */
 #define WEFT__DEQUE_MARK ((uintptr_t)1)
 
+/* Any thread: the oldest job; with !marked_too, an oldest job that carries the mark counts as none. */
 static inline struct weft__job *weft__deque_steal_from(weft__deque *d, bool marked_too) {
   int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
   int64_t b = atomic_load_explicit(&d->bottom, memory_order_seq_cst);
@@ -127,11 +129,6 @@ static inline struct weft__job *weft__deque_steal_from(weft__deque *d, bool mark
 
 /* Any thread: the oldest job, WEFT__STEAL_EMPTY, or WEFT__STEAL_LOST (another thread got it first). */
 static inline struct weft__job *weft__deque_steal(weft__deque *d) { return weft__deque_steal_from(d, true); }
-
-/* The same, but an oldest item that carries the mark counts as nothing to steal. */
-static inline struct weft__job *weft__deque_steal_unmarked(weft__deque *d) {
-  return weft__deque_steal_from(d, false);
-}
 
 /* Any thread, a hint: true when the deque looked empty. */
 static inline bool weft__deque_empty(weft__deque *d) {
