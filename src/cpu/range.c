@@ -83,8 +83,11 @@ static inline void run_chunk(weft__range *r, size_t lo, size_t c) {
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, lo, rc);
     return;
   }
-  for (size_t i = lo; i < lo + c; i++) {
-    int rc = r->fn(r->ctx, i);
+  /* In registers: the calls could write *r for all the compiler knows, so r->fn would be read again. */
+  weft_index_fn fn = r->fn;
+  void *ctx = r->ctx;
+  for (size_t i = lo, hi = lo + c; i < hi; i++) {
+    int rc = fn(ctx, i);
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, i, rc);
   }
 }
@@ -184,9 +187,11 @@ void weft__range_run_static(const weft__static_part *p, size_t home) {
     int rc = p->f.rfn(p->ctx, lo, hi);
     if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, lo, rc);
   } else {
+    weft_index_fn fn = p->f.fn;
+    void *ctx = p->ctx;
     for (size_t i = lo; i < hi; i++) {
       weft__store_relaxed(&mine.next, i + 1);
-      int rc = p->f.fn(p->ctx, i);
+      int rc = fn(ctx, i);
       if (WEFT__UNLIKELY(rc != 0)) weft__range_fail(r, i, rc);
     }
   }
