@@ -266,26 +266,21 @@ void BM_FibWeft(benchmark::State &state) {
   fib_check(state, r);
 }
 
-void BM_FibOmpTask(benchmark::State &state) {
+/* fib from inside a program's own parallel region (one thread of it, as `single`), with fib = f. */
+template <typename Fib> void fib_in_region(benchmark::State &state, Fib f) {
   long r = 0;
   for (auto _ : state) {
 #pragma omp parallel
 #pragma omp single
-    r = fib_omp(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+    r = f(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
   }
   fib_check(state, r);
 }
 
+void BM_FibOmpTask(benchmark::State &state) { fib_in_region(state, fib_omp); }
+
 /* weft's futures inside a program's own parallel region: OpenMP tasks of that team (weft.h). */
-void BM_FibWeftInRegion(benchmark::State &state) {
-  long r = 0;
-  for (auto _ : state) {
-#pragma omp parallel
-#pragma omp single
-    r = fib_weft(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
-  }
-  fib_check(state, r);
-}
+void BM_FibWeftInRegion(benchmark::State &state) { fib_in_region(state, fib_weft); }
 
 #define FIB_ARGS                                                                                             \
   ->ArgNames({"n", "cutoff"})                                                                                \

@@ -157,18 +157,24 @@ void BM_SeqFn(benchmark::State &state) {
   finish(state, d);
 }
 
-void BM_WeftPmap(benchmark::State &state) {
+/* A weft map of the math kernel at n = range(0), timed call by call; call(d, opts) makes one map. */
+template <typename Call> void weft_map_case(benchmark::State &state, size_t grain, Call call) {
   Data &d = data_for(static_cast<size_t>(state.range(0)));
   prepare(d);
   weft_pmap_opts o = WEFT_PMAP_OPTS_INIT; /* grain 0: automatic */
+  o.grain = grain;
   for (auto _ : state) {
-    int rc = weft_pmap(d.n, math_elem, &d, &o);
+    int rc = call(d, o);
     if (rc != 0) {
       state.SkipWithError(weft_strerror(rc));
       break;
     }
   }
   finish(state, d);
+}
+
+void BM_WeftPmap(benchmark::State &state) {
+  weft_map_case(state, 0, [](Data &d, const weft_pmap_opts &o) { return weft_pmap(d.n, math_elem, &d, &o); });
 }
 
 /*
@@ -185,33 +191,15 @@ int math_range(void *ctx, size_t lo, size_t hi) {
 }
 
 void BM_WeftPmapRange(benchmark::State &state) {
-  Data &d = data_for(static_cast<size_t>(state.range(0)));
-  prepare(d);
-  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT; /* grain 0: automatic */
-  for (auto _ : state) {
-    int rc = weft_pmap_range(d.n, math_range, &d, &o);
-    if (rc != 0) {
-      state.SkipWithError(weft_strerror(rc));
-      break;
-    }
-  }
-  finish(state, d);
+  weft_map_case(state, 0,
+                [](Data &d, const weft_pmap_opts &o) { return weft_pmap_range(d.n, math_range, &d, &o); });
 }
 
 void BM_WeftPmapGrain(benchmark::State &state) {
-  Data &d = data_for(static_cast<size_t>(state.range(0)));
-  prepare(d);
-  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
-  o.grain = static_cast<size_t>(state.range(1));
-  for (auto _ : state) {
-    int rc = weft_pmap(d.n, math_elem, &d, &o);
-    if (rc != 0) {
-      state.SkipWithError(weft_strerror(rc));
-      break;
-    }
-  }
-  finish(state, d);
-  state.counters["grain"] = static_cast<double>(o.grain);
+  size_t grain = static_cast<size_t>(state.range(1));
+  weft_map_case(state, grain,
+                [](Data &d, const weft_pmap_opts &o) { return weft_pmap(d.n, math_elem, &d, &o); });
+  state.counters["grain"] = static_cast<double>(grain);
 }
 
 #ifdef _OPENMP
