@@ -593,6 +593,82 @@ static void test_nested_busy(void) {
 }
 #endif
 
+#ifdef WEFT_HAVE_OPENMP
+/*
+ * A site whose timed call forked because the team pays for itself forks
+ * the next calls of that size without asking the model (pmap.c,
+ * cache_bounds): each index still runs exactly once, the lowest failing
+ * index still wins, and the cached fork is not taken where the team is of
+ * another kind (inside a program's region), which asks the model again.
+ */
+typedef struct once_ctx {
+  atomic_int ran[32];
+  atomic_int in_region; /* elements that ran at a nesting level above 0 (a region of its own) */
+  bool fail;            /* indices 5 and 9 fail */
+} once_ctx;
+
+static int once_fn(void *ctx, size_t i) {
+  once_ctx *c = ctx;
+  atomic_fetch_add(&c->ran[i], 1);
+  int64_t end = weft_now_ns() + 1500; /* 48 us a map: every share is a sample of the fork cost */
+  while (weft_now_ns() < end) {
+  }
+  if (c->fail && (i == 5 || i == 9)) return -(int)(100 + i);
+  return 0;
+}
+
+static int once_call(once_ctx *c, bool fail) {
+  for (int i = 0; i < 32; i++) atomic_store(&c->ran[i], 0);
+  c->fail = fail;
+  int rc = weft_pmap(32, once_fn, c, NULL);
+  for (int i = 0; i < 32; i++) CU_ASSERT_EQUAL(atomic_load(&c->ran[i]), 1);
+  return rc;
+}
+
+static void test_cached_forks(void) {
+#ifndef WEFT_TESTING
+  printf("\n    the decisions are counted in test builds only: not checked");
+  return;
+#endif
+  weft__pmap_test_reset();
+  if (omp_get_max_threads() < 2) return;
+  static once_ctx c;
+  bool judged = false;
+  for (int k = 0; k < 400 && !judged; k++) {
+    unsigned long pays = weft__pmap_test_count(WEFT__WHY_PAYS);
+    CU_ASSERT_EQUAL_FATAL(once_call(&c, false), 0);
+    if (weft__pmap_test_count(WEFT__WHY_PAYS) == pays) continue;
+    judged = true;
+    /* Inside a program's region the team is another kind: the model decides, no cached fork. */
+    unsigned long forked = weft__pmap_test_count(WEFT__PMAP_TEST_FORKED);
+    int rc = -1;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+    rc = once_call(&c, false);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(weft__pmap_test_count(WEFT__PMAP_TEST_FORKED), forked);
+    /* Back on the plain thread (the region's call was decided, and cached, for its own kind). */
+    bool again = false;
+    for (int j = 0; j < 400 && !again; j++) {
+      pays = weft__pmap_test_count(WEFT__WHY_PAYS);
+      CU_ASSERT_EQUAL_FATAL(once_call(&c, false), 0);
+      again = weft__pmap_test_count(WEFT__WHY_PAYS) > pays;
+    }
+    if (!again) {
+      printf("\n    no call forked again because the team paid: the cached fork's errors not checked");
+      break;
+    }
+    /* The call after a timed fork is the cached fork. */
+    forked = weft__pmap_test_count(WEFT__PMAP_TEST_FORKED);
+    CU_ASSERT_EQUAL(once_call(&c, true), -105); /* the lowest failing index wins */
+    CU_ASSERT_EQUAL(weft__pmap_test_count(WEFT__PMAP_TEST_FORKED), forked + 1);
+    for (int j = 0; j < 5; j++) CU_ASSERT_EQUAL(once_call(&c, false), 0);
+  }
+  /* A machine where 48 us of work never paid for two workers in 400 calls: nothing to judge. */
+  if (!judged) printf("\n    no call forked because the team paid: cached forks not checked");
+}
+#endif
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"sizes", test_sizes},
@@ -610,6 +686,7 @@ int main(int argc, char **argv) {
       {"slices", test_slices},
       {"grain_not_overridden", test_grain_not_overridden},
       {"nested_busy", test_nested_busy},
+      {"cached_forks", test_cached_forks},
 #endif
       {"fork_after_maps", test_fork_after_maps},
       {"small_on_caller", test_small_on_caller},

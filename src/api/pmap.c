@@ -122,6 +122,11 @@ typedef struct cpu_site {
   size_t watch_n;    /* ... and those of at least this many time their first element (model.h) */
   uint32_t period;   /* untimed calls allowed between two timed ones (7 or 63) */
   uint32_t untimed;  /* calls since the last timed one */
+  uint32_t ran_here; /* ... of which on the caller, untimed, since last_end */
+  size_t par_lo;     /* maps of par_lo..par_hi elements fork par_k workers untimed (SIZE_MAX: none) */
+  size_t par_hi;
+  unsigned par_k;
+  unsigned par_kind; /* ... while the team is of this kind (weft__cpu_team_kind) */
   uint32_t timed;    /* timed calls so far (saturates) */
   uint32_t forks;    /* parallel calls so far (wraps): first-chunk sampling */
   unsigned trials;   /* forks left to try after a warm-up (model.h) */
@@ -318,7 +323,7 @@ static void explain_maybe(int mode, const explain_rec *e) {
 /* --- test control ------------------------------------------------------------------------ */
 
 #ifdef WEFT_TESTING
-static atomic_ulong test_counts[WEFT__WHY_TRIAL + 2]; /* [0]: cached; [1 + why] */
+static atomic_ulong test_counts[WEFT__WHY_TRIAL + 3]; /* [0]: cached on the caller; [1 + why]; then forks */
 #define TEST_COUNT(w) atomic_fetch_add_explicit(&test_counts[(w) + 1], 1, memory_order_relaxed)
 #else
 #define TEST_COUNT(w) ((void)0)
@@ -342,6 +347,7 @@ void weft__pmap_test_forget_regret(void) {
 
 unsigned long weft__pmap_test_count(int why) {
 #ifdef WEFT_TESTING
+  if (why == WEFT__PMAP_TEST_FORKED) return atomic_load(&test_counts[WEFT__WHY_TRIAL + 2]);
   if (why >= -1 && why <= WEFT__WHY_TRIAL) return atomic_load(&test_counts[why + 1]);
 #else
   WEFT__UNUSED(why);
@@ -351,8 +357,17 @@ unsigned long weft__pmap_test_count(int why) {
 
 /* --- the automatic-grain CPU path ------------------------------------------------------ */
 
-/* Remember, for the untimed calls to come, how large a map runs on the caller (see the top). */
-static void cache_caller_bound(cpu_site *s, size_t n, const weft__model_out *o) {
+/*
+ * Remember, for the untimed calls to come, how large a map runs on the
+ * caller (see the top), and which maps fork without asking the model: a
+ * decision to fork k workers because they pay for themselves (not a trial
+ * or a warm-up, which are judged by their timing) holds for maps no smaller,
+ * on a team of the same kind, up to the largest whose shares are still
+ * samples of the fork cost (a longer map's timing says whether a worker
+ * stalled, and is cheap beside its work); when k is less than the team, for
+ * that size only, since a larger map may want more workers.
+ */
+static void cache_bounds(cpu_site *s, size_t n, const weft__model_out *o, unsigned kind, unsigned team) {
   double sure = s->elem_ns > 0 ? o->seq_max_ns / s->elem_ns : 0;
   size_t bound = sure >= (double)SIZE_MAX ? SIZE_MAX : (size_t)sure;
   /* The decision just made holds for maps no larger, until the next timed call. */
@@ -366,6 +381,17 @@ static void cache_caller_bound(cpu_site *s, size_t n, const weft__model_out *o) 
                                                                             : (size_t)watch;
   /* Far below the bound no plausible change flips the decision soon: time one call in 64, not 8. */
   s->period = sure >= 4.0 * (double)n ? FAR_SAMPLE_EVERY - 1 : WEFT__MODEL_SAMPLE_EVERY - 1;
+  s->par_hi = 0;
+  if (o->workers > 1 && o->why == WEFT__WHY_PAYS && s->elem_ns > 0) {
+    double most = FORK_SAMPLE_MAX_NS * (double)o->workers / s->elem_ns;
+    size_t hi = o->workers < team ? n : most >= (double)SIZE_MAX ? SIZE_MAX : (size_t)most;
+    if (hi >= n) {
+      s->par_lo = n;
+      s->par_hi = hi;
+      s->par_k = o->workers;
+      s->par_kind = kind;
+    }
+  }
 }
 
 /*
@@ -385,10 +411,10 @@ static int cpu_auto_slow(cpu_model *m, cpu_site *s, size_t n, const body *b, wef
   if (kind != WEFT__TEAM_REGION && weft__range_caller_busy()) team.idle = 1;
   /* After the team's description: its first call reads the environment, which is no element's cost. */
   int64_t t0 = weft_now_ns();
-  unsigned calls = s->untimed + 1;
+  unsigned calls = s->ran_here + 1;
   if (s->last_end && s->elem_ns > 0) {
-    /* The time between calls, spread over the untimed calls since the last timed one. */
-    double span = (double)(t0 - s->last_end) - (double)s->untimed * (double)n * s->elem_ns;
+    /* The time between calls, spread over the calls run on the caller untimed since the last end noted. */
+    double span = (double)(t0 - s->last_end) - (double)s->ran_here * (double)n * s->elem_ns;
     s->between_ns = weft__model_average(s->between_ns, span > 0 ? span / calls : 1);
   }
   int64_t gap = m->last_join[kind] ? t0 - m->last_join[kind] : INT64_MAX;
@@ -522,17 +548,42 @@ decide:;
   }
   s->last_end = t1;
   s->untimed = 0;
+  s->ran_here = 0;
   if (s->timed < UINT32_MAX) s->timed++;
-  if (s->timed < SITE_TIMED_FIRST)
+  if (s->timed < SITE_TIMED_FIRST) {
     s->seq_n = 0; /* a new site's first calls are all timed */
-  else
-    cache_caller_bound(s, n, &out);
+    s->par_hi = 0;
+  } else
+    cache_bounds(s, n, &out, kind, team.size);
   if (explain) {
     in.n = n;
     explain_rec e = {pc, n, probed, in, out, (double)(t1 - t0), stall_ns, dear_ns, was_ns, stealing, stolen};
     explain_maybe(explain, &e);
   }
   return err;
+}
+
+/*
+ * A map the site's last timed call says to fork (cache_bounds): the fork
+ * alone, with no clock but the end's (the next timed call's gap and time
+ * between calls start there), no sample and no decision.
+ */
+static __attribute__((noinline)) int cpu_fork_untimed(cpu_model *m, cpu_site *s, size_t n, const body *b,
+                                                      unsigned kind) {
+  s->untimed++;
+#ifdef WEFT_TESTING
+  atomic_fetch_add_explicit(&test_counts[WEFT__WHY_TRIAL + 2], 1, memory_order_relaxed);
+#endif
+  weft__range r;
+  weft__range_init(&r, n, b->fn, b->ctx, 0, 0);
+  r.rfn = b->rfn;
+  r.static_ok = (double)n * s->elem_ns / (double)s->par_k <= STATIC_MAX_NS;
+  weft__cpu_fork(&r, s->par_k);
+  int64_t t1 = weft_now_ns();
+  m->last_join[kind] = t1;
+  s->last_end = t1;
+  s->ran_here = 0;
+  return weft__range_result(&r);
 }
 
 /*
@@ -547,8 +598,10 @@ static inline __attribute__((always_inline)) int cpu_auto(size_t n, const body *
   cpu_site *s = site_of(m, fn);
   int explain = (flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
   /* The hot path: a small map at a site whose last timed call ran on the caller. */
-  if (WEFT__LIKELY(s->fn == fn && n <= s->seq_n && s->untimed < s->period && !explain)) {
+  bool known = s->fn == fn && s->untimed < s->period && !explain;
+  if (WEFT__LIKELY(known && n <= s->seq_n)) {
     s->untimed++;
+    s->ran_here++;
     TEST_COUNT(-1);
     /* A range map is never watched: one index timed alone is one call, whose overhead is not its cost. */
     if (WEFT__LIKELY(n < s->watch_n || b->rfn)) return run_here(b, 0, n);
@@ -562,6 +615,12 @@ static inline __attribute__((always_inline)) int cpu_auto(size_t n, const body *
     double was = s->elem_ns;
     s->elem_ns = weft__model_average(s->elem_ns, (double)took);
     return cpu_auto_slow(m, s, n, b, fn, explain, pc, ran, err, (double)took, was);
+  }
+  /* A map the last timed call forked for: the same fork, on a team of the same kind with room. */
+  if (known && n >= s->par_lo && n <= s->par_hi) {
+    unsigned kind = weft__cpu_team_kind();
+    if (kind == s->par_kind && (kind == WEFT__TEAM_REGION || !weft__range_caller_busy()))
+      return cpu_fork_untimed(m, s, n, b, kind);
   }
   return cpu_auto_slow(m, s, n, b, fn, explain, pc, 0, 0, 0, 0);
 }
@@ -590,18 +649,13 @@ static void explain_fixed(const void *pc, size_t n, const weft_pmap_opts *o, boo
 }
 
 /*
- * The door past the checks. Always inlined: weft_pmap's copy sees rfn NULL
- * and keeps the element loop of its hot path as it was, with no call more.
+ * The paths the model does not decide: an explicit grain, BLOCKING work, or
+ * a call on a fiber. Out of line, so that the hot path's frame holds no
+ * range (cache-line aligned, 2.5 KB).
  */
-static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn,
-                                                          void *ctx, const weft_pmap_opts *opts,
-                                                          weft__site_key key, const void *pc) {
+static __attribute__((noinline)) int pmap_run_fixed(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx,
+                                                    const weft_pmap_opts *opts, const void *pc) {
   weft_pmap_opts o = *opts;
-  body b = {fn, rfn, ctx};
-  WEFT__ASSERT(!rfn || o.kind == WEFT_CPU); /* range.c turns a BLOCKING range map into an element map */
-  /* (A fiber inside an OpenMP region of its own is not parkable: it runs maps as a thread would.) */
-  if (o.kind == WEFT_CPU && o.grain == 0 && (!weft__fiber_self() || !weft__parkable_self()))
-    return cpu_auto(n, &b, key, o.flags, pc);
   int explain = (o.flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
   if (o.kind == WEFT_BLOCKING) {
     if (weft__fibers_up() == 0) {
@@ -620,6 +674,21 @@ static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_f
   weft__range_init(&r, n, fn, ctx, o.grain, 0);
   r.rfn = rfn;
   return weft__pmap_cpu(&r);
+}
+
+/*
+ * The door past the checks. Always inlined: weft_pmap's copy sees rfn NULL
+ * and keeps the element loop of its hot path as it was, with no call more.
+ */
+static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn,
+                                                          void *ctx, const weft_pmap_opts *opts,
+                                                          weft__site_key key, const void *pc) {
+  body b = {fn, rfn, ctx};
+  WEFT__ASSERT(!rfn || opts->kind == WEFT_CPU); /* range.c turns a BLOCKING range map into an element map */
+  /* (A fiber inside an OpenMP region of its own is not parkable: it runs maps as a thread would.) */
+  if (opts->kind == WEFT_CPU && opts->grain == 0 && (!weft__fiber_self() || !weft__parkable_self()))
+    return cpu_auto(n, &b, key, opts->flags, pc);
+  return pmap_run_fixed(n, fn, rfn, ctx, opts, pc);
 }
 
 int weft__pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx, const weft_pmap_opts *opts,

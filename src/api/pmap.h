@@ -52,9 +52,11 @@ void weft__pmap_test_reset(void);
 void weft__pmap_test_forget_regret(void);
 /*
  * Automatic-grain CPU maps so far, by the model's reason (model.h's
- * weft__why); why = -1: the cached ones. Counted in test builds
- * (WEFT_TESTING) only: 0 in the others.
+ * weft__why); why = -1: the ones run on the caller by a cached decision;
+ * WEFT__PMAP_TEST_FORKED: the ones forked by a cached decision. Counted in
+ * test builds (WEFT_TESTING) only: 0 in the others.
  */
+#define WEFT__PMAP_TEST_FORKED (-2)
 unsigned long weft__pmap_test_count(int why);
 #ifdef WEFT_TESTING
 /*
