@@ -13,8 +13,9 @@
  *   WeftPmapGrain  weft_pmap with a fixed grain, swept in powers of 4, to show
  *                  how close the automatic grain comes to the best fixed one
  *
- * at n = 10, 100, 1000, 10^4, 10^5 and 10^6 elements (the grain sweep at
- * 100, 10^4 and 10^6). Every implementation computes
+ * at n = 10, 100, 300, 1000, 10^4, 10^5 and 10^6 elements (the grain sweep
+ * at 100, 10^4 and 10^6; n = 300, about 7 us of work, is where a map is
+ * forked by the site's cached decision and the model's own cost shows). Every implementation computes
  * out[i] = weft_kernel_math(in[i]) with the same compiled, 64-byte-aligned
  * kernel (benchmarks/kernels.c), on the same buffers, so only the way the
  * indices are handed out differs. Items/s (SetItemsProcessed) makes the
@@ -260,7 +261,7 @@ void BM_Tbb(benchmark::State &state) {
 }
 #endif
 
-const int64_t kSizes[] = {10, 100, 1000, 10000, 100000, 1000000};
+const int64_t kSizes[] = {10, 100, 300, 1000, 10000, 100000, 1000000};
 const int64_t kGrainSizes[] = {100, 10000, 1000000};
 
 void sizes(benchmark::internal::Benchmark *b) {
