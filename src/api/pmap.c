@@ -509,6 +509,9 @@ decide:;
     if (from < n && team.size > 1)
       s->elem_ns = weft__model_average(s->elem_ns, (double)(t1 - t_rest) / (double)(n - from));
   } else {
+    /* The fork's sample starts here: the decision above is this call's, not the cached forks'
+     * (cpu_fork_untimed). */
+    int64_t t_fork = weft_now_ns();
     weft__range r;
     weft__range_init(&r, n, b->fn, b->ctx, 0, 0);
     r.rfn = b->rfn;
@@ -526,7 +529,7 @@ decide:;
     if (r.first_count)
       s->elem_ns = weft__model_average(s->elem_ns, (double)r.first_ns / (double)r.first_count);
     /* What the fork cost: the wall time less the share of the work the model expected of each worker. */
-    double f = (double)(t1 - t_rest) - (double)(n - done) * s->elem_ns / (double)out.workers;
+    double f = (double)(t1 - t_fork) - (double)(n - done) * s->elem_ns / (double)out.workers;
     f = f * (double)(team.size - 1) / (double)(out.workers - 1); /* as the full team's cost */
     /*
      * A thread's first fork also starts the runtime's threads: a cost paid
