@@ -625,6 +625,46 @@ static int once_call(once_ctx *c, bool fail) {
   return rc;
 }
 
+/* The checks from the calling context: false when no call forked because the team paid. */
+static bool cached_forks_here(once_ctx *c, const char *context) {
+  for (int k = 0; k < 400; k++) {
+    unsigned long pays = weft__pmap_test_count(WEFT__WHY_PAYS);
+    CU_ASSERT_EQUAL_FATAL(once_call(c, false), 0);
+    if (weft__pmap_test_count(WEFT__WHY_PAYS) == pays) continue;
+    /* Inside a program's region the team is another kind: the model decides, no cached fork. */
+    unsigned long forked = weft__pmap_test_count(WEFT__PMAP_TEST_FORKED);
+    int rc = -1;
+#pragma omp parallel num_threads(2)
+#pragma omp single
+    rc = once_call(c, false);
+    CU_ASSERT_EQUAL(rc, 0);
+    CU_ASSERT_EQUAL(weft__pmap_test_count(WEFT__PMAP_TEST_FORKED), forked);
+    /* Back in the calling context (the region's call was decided, and cached, for its own kind). */
+    bool again = false;
+    for (int j = 0; j < 400 && !again; j++) {
+      pays = weft__pmap_test_count(WEFT__WHY_PAYS);
+      CU_ASSERT_EQUAL_FATAL(once_call(c, false), 0);
+      again = weft__pmap_test_count(WEFT__WHY_PAYS) > pays;
+    }
+    if (!again) break;
+    /* The call after a timed fork is the cached fork. */
+    forked = weft__pmap_test_count(WEFT__PMAP_TEST_FORKED);
+    CU_ASSERT_EQUAL(once_call(c, true), -105); /* the lowest failing index wins */
+    CU_ASSERT_EQUAL(weft__pmap_test_count(WEFT__PMAP_TEST_FORKED), forked + 1);
+    for (int j = 0; j < 5; j++) CU_ASSERT_EQUAL(once_call(c, false), 0);
+    return true;
+  }
+  /* A machine where 48 us of work never paid for two workers in 400 calls: nothing to judge. */
+  printf("\n    %s: no call forked (twice) because the team paid: cached forks not checked", context);
+  return false;
+}
+
+static void *cached_forks_task(void *arg) {
+  weft__pmap_test_reset(); /* this worker's own sites */
+  cached_forks_here(arg, "in a CPU future");
+  return NULL;
+}
+
 static void test_cached_forks(void) {
 #ifndef WEFT_TESTING
   printf("\n    the decisions are counted in test builds only: not checked");
@@ -633,39 +673,12 @@ static void test_cached_forks(void) {
   weft__pmap_test_reset();
   if (omp_get_max_threads() < 2) return;
   static once_ctx c;
-  bool judged = false;
-  for (int k = 0; k < 400 && !judged; k++) {
-    unsigned long pays = weft__pmap_test_count(WEFT__WHY_PAYS);
-    CU_ASSERT_EQUAL_FATAL(once_call(&c, false), 0);
-    if (weft__pmap_test_count(WEFT__WHY_PAYS) == pays) continue;
-    judged = true;
-    /* Inside a program's region the team is another kind: the model decides, no cached fork. */
-    unsigned long forked = weft__pmap_test_count(WEFT__PMAP_TEST_FORKED);
-    int rc = -1;
-#pragma omp parallel num_threads(2)
-#pragma omp single
-    rc = once_call(&c, false);
-    CU_ASSERT_EQUAL(rc, 0);
-    CU_ASSERT_EQUAL(weft__pmap_test_count(WEFT__PMAP_TEST_FORKED), forked);
-    /* Back on the plain thread (the region's call was decided, and cached, for its own kind). */
-    bool again = false;
-    for (int j = 0; j < 400 && !again; j++) {
-      pays = weft__pmap_test_count(WEFT__WHY_PAYS);
-      CU_ASSERT_EQUAL_FATAL(once_call(&c, false), 0);
-      again = weft__pmap_test_count(WEFT__WHY_PAYS) > pays;
-    }
-    if (!again) {
-      printf("\n    no call forked again because the team paid: the cached fork's errors not checked");
-      break;
-    }
-    /* The call after a timed fork is the cached fork. */
-    forked = weft__pmap_test_count(WEFT__PMAP_TEST_FORKED);
-    CU_ASSERT_EQUAL(once_call(&c, true), -105); /* the lowest failing index wins */
-    CU_ASSERT_EQUAL(weft__pmap_test_count(WEFT__PMAP_TEST_FORKED), forked + 1);
-    for (int j = 0; j < 5; j++) CU_ASSERT_EQUAL(once_call(&c, false), 0);
-  }
-  /* A machine where 48 us of work never paid for two workers in 400 calls: nothing to judge. */
-  if (!judged) printf("\n    no call forked because the team paid: cached forks not checked");
+  /* On a plain thread (a region, or weft's team while it lingers), then on a worker of weft's team. */
+  cached_forks_here(&c, "on a plain thread");
+  weft_future *f;
+  CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_CPU, cached_forks_task, &c, &f), 0);
+  CU_ASSERT_EQUAL(weft_future_get(f, -1, NULL), 0);
+  weft_future_free(f);
 }
 #endif
 
