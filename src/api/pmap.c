@@ -38,7 +38,9 @@
  * on the caller runs the next calls of at most that size on the caller
  * without reading the clock, for WEFT__MODEL_SAMPLE_EVERY - 1 calls (63 when
  * the map is under a quarter of what could ever pay for a team): the hot
- * path of a small map is a look-up, three compares and the loop.
+ * path of a small map is a look-up, three compares and the loop. A site
+ * whose last timed decision forked because the team pays forks the next
+ * calls of at least that size the same way, untimed (cache_bounds).
  */
 #include "../base/internal.h"
 
