@@ -701,14 +701,21 @@ int weft__pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx, con
   return pmap_run(n, fn, rfn, ctx, opts, key, pc);
 }
 
-bool weft__pmap_opts_ok(const weft_pmap_opts *o) {
-  return (o->kind == WEFT_CPU || o->kind == WEFT_BLOCKING) && (o->flags & ~WEFT_PMAP_EXPLAIN) == 0;
-}
-
 int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts) {
   weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
   if (opts) o = *opts;
   if (!fn || !weft__pmap_opts_ok(&o)) return -EINVAL;
   if (n == 0) return 0;
   return pmap_run(n, fn, NULL, ctx, &o, (weft__site_key)fn, __builtin_return_address(0));
+}
+
+/* Here rather than in range.c with weft_reduce: the door inlines pmap_run, as weft_pmap's does. */
+int weft_pmap_range(size_t n, weft_range_fn fn, void *ctx, const weft_pmap_opts *opts) {
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  if (opts) o = *opts;
+  if (!fn || !weft__pmap_opts_ok(&o)) return -EINVAL;
+  if (n == 0) return 0;
+  const void *pc = __builtin_return_address(0);
+  if (o.kind == WEFT_BLOCKING) return weft__pmap_range_blocking(n, fn, ctx, &o, pc);
+  return pmap_run(n, NULL, fn, ctx, &o, (weft__site_key)fn, pc);
 }

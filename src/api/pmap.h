@@ -17,7 +17,9 @@ int weft__pmap_cpu(weft__range *r);
 typedef void (*weft__site_key)(void);
 
 /* True when weft_pmap would accept opts (the kind and the flags; the grain and bound are free). */
-bool weft__pmap_opts_ok(const weft_pmap_opts *o);
+static inline bool weft__pmap_opts_ok(const weft_pmap_opts *o) {
+  return (o->kind == WEFT_CPU || o->kind == WEFT_BLOCKING) && (o->flags & ~WEFT_PMAP_EXPLAIN) == 0;
+}
 
 /*
  * weft_pmap past its checks (n > 0, *opts valid), for weft_pmap and
@@ -29,6 +31,13 @@ bool weft__pmap_opts_ok(const weft_pmap_opts *o);
  */
 int weft__pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx, const weft_pmap_opts *opts,
                    weft__site_key key, const void *pc);
+
+/*
+ * weft_pmap_range's BLOCKING kind past its checks (range.c): an element map
+ * over sub-ranges of opts->grain indices (1 when 0), one fiber each.
+ */
+int weft__pmap_range_blocking(size_t n, weft_range_fn fn, void *ctx, const weft_pmap_opts *opts,
+                              const void *pc);
 
 /*
  * Run a BLOCKING map on fibers: at most max_parallel elements in flight (0:

@@ -1,9 +1,11 @@
 /*
- * This file contains weft_pmap_range and weft_reduce: maps whose calls each
- * take a sub-range, for elements of a few nanoseconds, and a reduction whose
- * result does not depend on timing or the number of threads.
+ * This file contains weft_reduce, a reduction whose result does not depend
+ * on timing or the number of threads, and the BLOCKING kind of
+ * weft_pmap_range: maps whose calls each take a sub-range, for elements of
+ * a few nanoseconds.
  *
- * weft_pmap_range is weft_pmap with a range function: its CPU kind goes
+ * weft_pmap_range (its door is in pmap.c, beside weft_pmap's) is weft_pmap
+ * with a range function: its CPU kind goes
  * down weft_pmap's own path (pmap.c, with the cost model keyed by fn), where
  * every chunk a worker claims is one call fn(ctx, lo, hi) (cpu/range.c); a
  * map run on the caller is one call for the whole range. Its BLOCKING kind
@@ -48,7 +50,7 @@
 #define UNITS_PER_WORKER 8
 #define UNITS_MAX_DEPTH  8 /* at most 256 units */
 
-/* --- weft_pmap_range ----------------------------------------------------------------- */
+/* --- weft_pmap_range, BLOCKING --------------------------------------------------------- */
 
 /* A BLOCKING range map: element k is the sub-range [k grain, min(n, (k + 1) grain)). */
 typedef struct spans {
@@ -65,19 +67,12 @@ static int span_one(void *p, size_t k) {
   return s->fn(s->ctx, lo, hi);
 }
 
-int weft_pmap_range(size_t n, weft_range_fn fn, void *ctx, const weft_pmap_opts *opts) {
-  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
-  if (opts) o = *opts;
-  if (!fn || !weft__pmap_opts_ok(&o)) return -EINVAL;
-  if (n == 0) return 0;
-  const void *pc = __builtin_return_address(0);
-  if (o.kind == WEFT_BLOCKING) {
-    spans s = {fn, ctx, n, o.grain ? o.grain : 1};
-    size_t count = n / s.grain + (n % s.grain != 0);
-    /* The lowest failing element is the sub-range with the lowest lo. */
-    return weft__pmap_run(count, span_one, NULL, &s, &o, (weft__site_key)fn, pc);
-  }
-  return weft__pmap_run(n, NULL, fn, ctx, &o, (weft__site_key)fn, pc);
+int weft__pmap_range_blocking(size_t n, weft_range_fn fn, void *ctx, const weft_pmap_opts *opts,
+                              const void *pc) {
+  spans s = {fn, ctx, n, opts->grain ? opts->grain : 1};
+  size_t count = n / s.grain + (n % s.grain != 0);
+  /* The lowest failing element is the sub-range with the lowest lo. */
+  return weft__pmap_run(count, span_one, NULL, &s, opts, (weft__site_key)fn, pc);
 }
 
 /* --- weft_reduce ------------------------------------------------------------------------ */
