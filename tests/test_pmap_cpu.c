@@ -677,6 +677,48 @@ static void test_cached_forks(void) {
 }
 #endif
 
+#ifdef WEFT_HAVE_OPENMP
+/*
+ * The runtime may give a region fewer threads than weft asks for
+ * (OMP_THREAD_LIMIT, OMP_DYNAMIC): every index still runs exactly once, on
+ * every path of a region (a static split, an explicit grain of one chunk
+ * per thread, claims from slices). The CTest pmap_cpu_thread_limit runs
+ * this with OMP_THREAD_LIMIT=1 and OMP_NUM_THREADS=2, where a region of two
+ * gets one thread; OMP_DYNAMIC (set here) lets the runtime choose by load.
+ */
+static void fewer_threads_round(size_t n) {
+  counts c;
+  c.hits = calloc(n, sizeof *c.hits);
+  for (int how = 0; how < 3; how++) {
+    for (size_t i = 0; i < n; i++) atomic_store(&c.hits[i], 0);
+    atomic_init(&c.calls, 0);
+    weft__range r;
+    weft__range_init(&r, n, count_fn, &c, how == 1 ? (n + 1) / 2 : 0, 0);
+    r.static_ok = how == 0; /* 0: the static split; 1: a grain of two chunks; 2: claims */
+    weft__cpu_fork(&r, 2);
+    CU_ASSERT_EQUAL(weft__range_result(&r), 0);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
+    CU_ASSERT_EQUAL(bad, 0);
+    if (bad) printf("\n  n = %zu, path %d: %zu indices not run exactly once", n, how, bad);
+  }
+  free(c.hits);
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  o.grain = 1;
+  check_once(n < 4 ? n : 4, &o);
+}
+
+static void test_fewer_threads(void) {
+  weft__pmap_test_reset();
+  for (int dyn = 0; dyn < 2; dyn++) {
+    omp_set_dynamic(dyn);
+    for (size_t n = 2; n <= 40; n++) fewer_threads_round(n);
+    fewer_threads_round(10000);
+  }
+  omp_set_dynamic(0);
+}
+#endif
+
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"sizes", test_sizes},
@@ -695,6 +737,7 @@ int main(int argc, char **argv) {
       {"grain_not_overridden", test_grain_not_overridden},
       {"nested_busy", test_nested_busy},
       {"cached_forks", test_cached_forks},
+      {"fewer_threads", test_fewer_threads},
 #endif
       {"fork_after_maps", test_fork_after_maps},
       {"small_on_caller", test_small_on_caller},

@@ -183,10 +183,19 @@ static void fork_region(weft__range *r, size_t t) {
     weft__static_part part;
     weft__range_static_part(r, t, &part);
 #pragma omp parallel num_threads((int)t) shared(part)
-    weft__range_run_static(&part, (size_t)omp_get_thread_num());
+    {
+      /*
+       * The runtime may give the region fewer threads than asked
+       * (OMP_THREAD_LIMIT, OMP_DYNAMIC): the parts no thread has are run,
+       * in turn, by the ones it gave. Nothing is lost either way.
+       */
+      size_t nt = (size_t)omp_get_num_threads();
+      for (size_t h = (size_t)omp_get_thread_num(); h < t; h += nt) weft__range_run_static(&part, h);
+    }
     return;
   }
   weft__range_split(r, t);
+  /* Each thread drains its own slice, then the others': a smaller team than asked leaves none behind. */
 #pragma omp parallel num_threads((int)t)
   weft__range_drain_from(r, (size_t)omp_get_thread_num());
 }
