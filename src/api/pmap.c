@@ -125,7 +125,7 @@ typedef struct cpu_site {
   uint32_t period;   /* untimed calls allowed between two timed ones (7 or 63) */
   uint32_t untimed;  /* calls since the last timed one */
   uint32_t ran_here; /* ... of which on the caller, untimed, since last_end */
-  size_t par_lo;     /* maps of par_lo..par_hi elements fork par_k workers untimed (SIZE_MAX: none) */
+  size_t par_lo;     /* maps of par_lo..par_hi elements fork par_k workers untimed (par_hi 0: none) */
   size_t par_hi;
   unsigned par_k;
   unsigned par_kind; /* ... while the team is of this kind (weft__cpu_team_kind) */
@@ -511,8 +511,7 @@ decide:;
     if (from < n && team.size > 1)
       s->elem_ns = weft__model_average(s->elem_ns, (double)(t1 - t_rest) / (double)(n - from));
   } else {
-    /* The fork's sample starts here: the decision above is this call's, not the cached forks'
-     * (cpu_fork_untimed). */
+    /* The fork's sample starts here: the decision above is this call's cost, not a fork's. */
     int64_t t_fork = weft_now_ns();
     weft__range r;
     weft__range_init(&r, n, b->fn, b->ctx, 0, 0);
