@@ -344,6 +344,7 @@ void weft__pmap_test_forget_regret(void) {
     tls_model.site[i].regret_ns = 0;
     tls_model.site[i].trials = 0;
     tls_model.site[i].untimed = 0;
+    tls_model.site[i].par_hi = 0; /* no cached fork either: the next call is decided */
   }
 }
 

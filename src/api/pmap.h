@@ -55,8 +55,8 @@ void weft__pmap_test_reset(void);
 /*
  * Test control: the calling thread's sites keep what they measured (element
  * costs, fork costs) but forget the ski rental's regret, the trials left
- * after a warm-up and the untimed calls since the last timed one, so that
- * the next call is decided on its own cost alone.
+ * after a warm-up, the untimed calls since the last timed one and a cached
+ * fork, so that the next call is decided on its own cost alone.
  */
 void weft__pmap_test_forget_regret(void);
 /*
