@@ -46,15 +46,20 @@ static int count_fn(void *ctx, size_t i) {
   return 0;
 }
 
+/* Indices of [0, n) that did not run exactly once. */
+static size_t not_once(const counts *c, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++) bad += atomic_load(&c->hits[i]) != 1;
+  return bad;
+}
+
 static void check_once(size_t n, const weft_pmap_opts *o) {
   counts c;
   c.hits = calloc(n ? n : 1, sizeof *c.hits);
   atomic_init(&c.calls, 0);
   CU_ASSERT_EQUAL_FATAL(weft_pmap(n, count_fn, &c, o), 0);
   CU_ASSERT_EQUAL(atomic_load(&c.calls), n);
-  size_t bad = 0;
-  for (size_t i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
-  CU_ASSERT_EQUAL(bad, 0);
+  CU_ASSERT_EQUAL(not_once(&c, n), 0);
   free(c.hits);
 }
 
@@ -697,8 +702,7 @@ static void fewer_threads_round(size_t n) {
     r.static_ok = how == 0; /* 0: the static split; 1: a grain of two chunks; 2: claims */
     weft__cpu_fork(&r, 2);
     CU_ASSERT_EQUAL(weft__range_result(&r), 0);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += atomic_load(&c.hits[i]) != 1;
+    size_t bad = not_once(&c, n);
     CU_ASSERT_EQUAL(bad, 0);
     if (bad) printf("\n  n = %zu, path %d: %zu indices not run exactly once", n, how, bad);
   }

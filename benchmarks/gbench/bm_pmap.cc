@@ -15,8 +15,8 @@
  *
  * at n = 10, 100, 300, 1000, 10^4, 10^5 and 10^6 elements (the grain sweep
  * at 100, 10^4 and 10^6; n = 300, about 7 us of work, is where a map is
- * forked by the site's cached decision and the model's own cost shows). Every implementation computes
- * out[i] = weft_kernel_math(in[i]) with the same compiled, 64-byte-aligned
+ * forked by the site's cached decision and the model's own cost shows).
+ * Every implementation computes out[i] = weft_kernel_math(in[i]) with the same compiled, 64-byte-aligned
  * kernel (benchmarks/kernels.c), on the same buffers, so only the way the
  * indices are handed out differs. Items/s (SetItemsProcessed) makes the
  * throughput ratios direct. Outputs are checked against a sequential answer

@@ -326,7 +326,8 @@ static void explain_maybe(int mode, const explain_rec *e) {
 
 #ifdef WEFT_TESTING
 static atomic_ulong test_counts[WEFT__WHY_TRIAL + 3]; /* [0]: cached on the caller; [1 + why]; then forks */
-#define TEST_COUNT(w) atomic_fetch_add_explicit(&test_counts[(w) + 1], 1, memory_order_relaxed)
+#define TEST_SLOT(w)  ((w) == WEFT__PMAP_TEST_FORKED ? WEFT__WHY_TRIAL + 2 : (w) + 1)
+#define TEST_COUNT(w) atomic_fetch_add_explicit(&test_counts[TEST_SLOT(w)], 1, memory_order_relaxed)
 #else
 #define TEST_COUNT(w) ((void)0)
 #endif
@@ -350,8 +351,8 @@ void weft__pmap_test_forget_regret(void) {
 
 unsigned long weft__pmap_test_count(int why) {
 #ifdef WEFT_TESTING
-  if (why == WEFT__PMAP_TEST_FORKED) return atomic_load(&test_counts[WEFT__WHY_TRIAL + 2]);
-  if (why >= -1 && why <= WEFT__WHY_TRIAL) return atomic_load(&test_counts[why + 1]);
+  if (why >= WEFT__PMAP_TEST_FORKED && why <= WEFT__WHY_TRIAL)
+    return atomic_load(&test_counts[TEST_SLOT(why)]);
 #else
   WEFT__UNUSED(why);
 #endif
@@ -395,6 +396,14 @@ static void cache_bounds(cpu_site *s, size_t n, const weft__model_out *o, unsign
       s->par_kind = kind;
     }
   }
+}
+
+/* The range of an automatic-grain map about to fork, each worker's share about share_ns long. */
+static void fork_range(weft__range *r, size_t n, const body *b, double share_ns) {
+  weft__range_init(r, n, b->fn, b->ctx, 0, 0);
+  r->rfn = b->rfn;
+  /* Short shares need no claims or steals in a region (cpu.h, weft__static_part). */
+  r->static_ok = share_ns <= STATIC_MAX_NS;
 }
 
 /*
@@ -515,12 +524,9 @@ decide:;
     /* The fork's sample starts here: the decision above is this call's cost, not a fork's. */
     int64_t t_fork = weft_now_ns();
     weft__range r;
-    weft__range_init(&r, n, b->fn, b->ctx, 0, 0);
-    r.rfn = b->rfn;
+    fork_range(&r, n, b, out.work_ns / (double)out.workers);
     atomic_store_explicit(&r.next, done, memory_order_relaxed);
     r.time_first = s->timed < SITE_TIMED_FIRST || s->forks % FIRST_CHUNK_EVERY == 0;
-    /* Short shares need no claims or steals in a region (cpu.h, weft__static_part). */
-    r.static_ok = out.work_ns / (double)out.workers <= STATIC_MAX_NS;
     bool sample = out.work_ns / (double)out.workers <= FORK_SAMPLE_MAX_NS;
     r.time_done = !sample;
     s->forks++;
@@ -576,13 +582,9 @@ decide:;
 static __attribute__((noinline)) int cpu_fork_untimed(cpu_model *m, cpu_site *s, size_t n, const body *b,
                                                       unsigned kind) {
   s->untimed++;
-#ifdef WEFT_TESTING
-  atomic_fetch_add_explicit(&test_counts[WEFT__WHY_TRIAL + 2], 1, memory_order_relaxed);
-#endif
+  TEST_COUNT(WEFT__PMAP_TEST_FORKED);
   weft__range r;
-  weft__range_init(&r, n, b->fn, b->ctx, 0, 0);
-  r.rfn = b->rfn;
-  r.static_ok = (double)n * s->elem_ns / (double)s->par_k <= STATIC_MAX_NS;
+  fork_range(&r, n, b, (double)n * s->elem_ns / (double)s->par_k);
   weft__cpu_fork(&r, s->par_k);
   int64_t t1 = weft_now_ns();
   m->last_join[kind] = t1;
@@ -701,19 +703,23 @@ int weft__pmap_run(size_t n, weft_index_fn fn, weft_range_fn rfn, void *ctx, con
   return pmap_run(n, fn, rfn, ctx, opts, key, pc);
 }
 
+/* The door's checks: *o is *opts or the defaults; false when they are not valid. */
+static inline bool door_opts(const weft_pmap_opts *opts, weft_pmap_opts *o) {
+  *o = opts ? *opts : (weft_pmap_opts)WEFT_PMAP_OPTS_INIT;
+  return weft__pmap_opts_ok(o);
+}
+
 int weft_pmap(size_t n, weft_index_fn fn, void *ctx, const weft_pmap_opts *opts) {
-  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
-  if (opts) o = *opts;
-  if (!fn || !weft__pmap_opts_ok(&o)) return -EINVAL;
+  weft_pmap_opts o;
+  if (!fn || !door_opts(opts, &o)) return -EINVAL;
   if (n == 0) return 0;
   return pmap_run(n, fn, NULL, ctx, &o, (weft__site_key)fn, __builtin_return_address(0));
 }
 
 /* Here rather than in range.c with weft_reduce: the door inlines pmap_run, as weft_pmap's does. */
 int weft_pmap_range(size_t n, weft_range_fn fn, void *ctx, const weft_pmap_opts *opts) {
-  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
-  if (opts) o = *opts;
-  if (!fn || !weft__pmap_opts_ok(&o)) return -EINVAL;
+  weft_pmap_opts o;
+  if (!fn || !door_opts(opts, &o)) return -EINVAL;
   if (n == 0) return 0;
   const void *pc = __builtin_return_address(0);
   if (o.kind == WEFT_BLOCKING) return weft__pmap_range_blocking(n, fn, ctx, &o, pc);

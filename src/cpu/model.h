@@ -363,6 +363,13 @@ static inline bool weft__model_memo_ok(int64_t at, int64_t now) {
   return at != 0 && now >= at && now - at < WEFT__MODEL_MEMO_NS;
 }
 
+/* Keep an estimate (the guess when there is none, v = 0) as the memo of time now; it. */
+static inline double weft__model_memo_put(double *slot, int64_t *at, double v, int64_t now) {
+  *slot = v > 0 ? v : WEFT__MODEL_FORK_GUESS;
+  *at = now;
+  return *slot;
+}
+
 /* 2^-x for x >= 0, without libm (exact at integers, within 1% between). */
 static inline double weft__model_exp2_neg(double x) {
   if (!(x > 0)) return 1;
@@ -427,14 +434,11 @@ static inline double weft__fork_cost(weft__fork_costs *c, unsigned b, int64_t no
   if (b >= WEFT__MODEL_GAPS) b = WEFT__MODEL_GAPS - 1;
   if (weft__model_memo_ok(c->memo_cost_at[b], now)) return c->memo_cost[b];
   double v = 0;
-  for (unsigned i = 0; i <= b && i < WEFT__MODEL_GAPS; i++) {
+  for (unsigned i = 0; i <= b; i++) {
     double e = weft__fork_bucket(c, i, now);
     if (e > v) v = e;
   }
-  v = v > 0 ? v : WEFT__MODEL_FORK_GUESS;
-  c->memo_cost[b] = v;
-  c->memo_cost_at[b] = now;
-  return v;
+  return weft__model_memo_put(&c->memo_cost[b], &c->memo_cost_at[b], v, now);
 }
 
 /*
@@ -449,7 +453,7 @@ static inline double weft__fork_cost_best(weft__fork_costs *c, unsigned b, int64
   if (b >= WEFT__MODEL_GAPS) b = WEFT__MODEL_GAPS - 1;
   if (weft__model_memo_ok(c->memo_best_at[b], now)) return c->memo_best[b];
   double v = 0;
-  for (unsigned i = 0; i <= b && i < WEFT__MODEL_GAPS; i++) {
+  for (unsigned i = 0; i <= b; i++) {
     if (c->seen[i] == 0) continue;
     double lo = weft__fork_bucket(c, i, now); /* optimistic already with fewer than three */
     for (unsigned j = 0; j < c->seen[i]; j++) {
@@ -458,10 +462,7 @@ static inline double weft__fork_cost_best(weft__fork_costs *c, unsigned b, int64
     }
     if (lo > v) v = lo;
   }
-  v = v > 0 ? v : WEFT__MODEL_FORK_GUESS;
-  c->memo_best[b] = v;
-  c->memo_best_at[b] = now;
-  return v;
+  return weft__model_memo_put(&c->memo_best[b], &c->memo_best_at[b], v, now);
 }
 
 /* Count one fork in the stall average, with what it stalled (0: none). */

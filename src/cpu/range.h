@@ -109,8 +109,9 @@ int weft__range_result(weft__range *r);
  * team, where every thread of the team is certain to come: part `home` of
  * [base, n) is run by its thread with no claim and no steal, as OpenMP's
  * schedule(static) does (a region given fewer threads than k runs the
- * parts no thread has on the ones it has, cpu_omp.c). With an automatic grain the parts are k equal
- * slices; with a grain, part j is the j-th chunk of that grain (used only
+ * parts no thread has on the ones it has, cpu_omp.c). With an automatic
+ * grain the parts are k equal slices; with a grain, part j is the j-th
+ * chunk of that grain (used only
  * when there are at most k chunks). Used for short maps (the caller says so
  * in static_ok), where a claim or a steal costs a cache-line transfer
  * between cores (100-500 ns on the 2-core VM) and there is little to
