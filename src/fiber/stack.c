@@ -164,9 +164,10 @@
  * because the frames of a fiber that switched away for good never return and
  * leave their redzones poisoned.
  *
- * Lock order: pool.lock is a leaf; no other lock is taken under it, and no
- * system call that can wait for other threads (munmap, madvise) runs under
- * it.
+ * Lock order: pool.map_lock, then pool.lock. pool.lock is a leaf; no other
+ * lock is taken under it, and no system call that can wait for other threads
+ * (munmap, madvise) runs under it. pool.map_lock is held only across a
+ * chunk's room check and its mmap (chunk_map), never with pool.lock.
  */
 #include "stack.h"
 
@@ -288,6 +289,7 @@ static __thread tls_state tls;
  * unless it says otherwise. */
 static struct {
   pthread_mutex_t lock;
+  pthread_mutex_t map_lock;            /* one chunk mapping at a time (chunk_map); held alone */
   chunk *chunks;                       /* live chunks, oldest first: allocation prefers the old end */
   chunk *chunks_tail;                  /* the newest: trims start here */
   chunk *cur;                          /* the chunk arenas are carved from, or NULL when it is full */
@@ -336,7 +338,7 @@ static struct {
    * learn for itself). */
   atomic_int vec_state;
   atomic_int vec_state_dontneed;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .map_lock = PTHREAD_MUTEX_INITIALIZER, .pidfd = -1};
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t tls_key; /* its destructor flushes an exiting thread's cache */
@@ -345,9 +347,15 @@ static size_t page = 4096;
 
 static void tls_destructor(void *arg);
 
-/* fork() while another thread holds pool.lock would leave the child's lock held for ever. */
-static void atfork_prepare(void) { pthread_mutex_lock(&pool.lock); }
-static void atfork_release(void) { pthread_mutex_unlock(&pool.lock); }
+/* fork() while another thread holds a pool lock would leave the child's lock held for ever. */
+static void atfork_prepare(void) {
+  pthread_mutex_lock(&pool.map_lock);
+  pthread_mutex_lock(&pool.lock);
+}
+static void atfork_release(void) {
+  pthread_mutex_unlock(&pool.lock);
+  pthread_mutex_unlock(&pool.map_lock);
+}
 
 /*
  * The child has only the forking thread. The caches of the parent's other
@@ -364,6 +372,7 @@ static void atfork_child(void) {
   pool.threads = self;
   if (self) self->prev = self->next = NULL;
   pthread_mutex_unlock(&pool.lock);
+  pthread_mutex_unlock(&pool.map_lock);
 }
 
 static void once_init(void) {
@@ -605,6 +614,11 @@ static void chunk_unlink_locked(chunk *c) {
   if (c == first && pool.chunks) chunk_recount_locked(pool.chunks);
 }
 
+size_t weft__stack_as_reserve(size_t limit) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return limit / 16 + ((size_t)16 << 20) * (size_t)(cpus > 0 ? cpus : 1);
+}
+
 /*
  * Under a finite RLIMIT_AS (ulimit -v), how many more bytes the stacks may
  * map now: what the limit leaves (the limit less the process's VmSize), less
@@ -622,10 +636,8 @@ static size_t as_room(void) {
   if (room == SIZE_MAX) return SIZE_MAX;
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) != 0) return SIZE_MAX;
-  uint64_t reserve = (uint64_t)rl.rlim_cur / 16;
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  reserve += ((uint64_t)16 << 20) * (uint64_t)(cpus > 0 ? cpus : 1);
-  return room > reserve ? (size_t)(room - reserve) : 0;
+  size_t reserve = weft__stack_as_reserve((size_t)rl.rlim_cur);
+  return room > reserve ? room - reserve : 0;
 }
 
 /*
@@ -647,29 +659,48 @@ static size_t mem_room_stacks(void) {
 }
 
 /*
- * Map a chunk of at most `narenas` arenas (address space only): fewer when a
- * limit leaves room for fewer (RLIMIT_AS: as_room; a memory cgroup:
- * mem_room_stacks) or the kernel refuses that many, halving down to one
- * arena, and then one arena of fewer stacks, down to one stack: under a limit
- * the doubling would otherwise give up with a whole chunk's worth of room
- * left, and a map that gets no stack at all runs on its caller one element
- * at a time. NULL when not even one stack can be mapped, or malloc fails.
+ * Cap a chunk of *narenas arenas of *per stacks to what the limits leave room
+ * for (RLIMIT_AS: as_room; a memory cgroup: mem_room_stacks): fewer arenas,
+ * and then one arena of fewer stacks, down to one stack. False when not even
+ * one fits.
  */
-static chunk *chunk_map(size_t narenas) {
-  size_t per = pool.arena_stacks, room = SIZE_MAX;
+static bool chunk_fit(size_t *narenas, size_t *per) {
+  size_t room = SIZE_MAX;
   size_t as = as_room(), fit = mem_room_stacks();
   if (as != SIZE_MAX) room = as / pool.stride;
   if (fit < room) room = fit;
-  if (room != SIZE_MAX) {
-    if (room / per < narenas) narenas = room / per;
-    if (narenas == 0) {
-      if (room == 0) return NULL;
-      narenas = 1;
-      per = room;
-    }
+  if (room == SIZE_MAX || room / *per >= *narenas) return true;
+  *narenas = room / *per;
+  if (*narenas == 0) {
+    if (room == 0) return false;
+    *narenas = 1;
+    *per = room;
   }
-  char *m;
-  for (;;) {
+  return true;
+}
+
+/*
+ * Map a chunk of at most `narenas` arenas (address space only): fewer when a
+ * limit leaves room for fewer (chunk_fit) or the kernel refuses that many,
+ * halving down to one arena, and then one arena of fewer stacks, down to one
+ * stack: under a limit the doubling would otherwise give up with a whole
+ * chunk's worth of room left, and a map that gets no stack at all runs on
+ * its caller one element at a time. NULL when not even one stack can be
+ * mapped, or malloc fails.
+ *
+ * One mapping at a time (pool.map_lock), the room read again before each
+ * try: threads that find the pool empty together (carriers and a map's
+ * caller in a burst) would otherwise each read the same room and each map
+ * it, and the kernel, refusing the later ones, would have them halve their
+ * way into the reserve that as_room keeps for libgomp, which ends the
+ * process when a region cannot allocate its team (seen once in CI, a
+ * 1 GiB RLIMIT_AS: "Out of memory allocating 1568 bytes").
+ */
+static chunk *chunk_map(size_t narenas) {
+  size_t per = pool.arena_stacks;
+  char *m = MAP_FAILED;
+  pthread_mutex_lock(&pool.map_lock);
+  while (chunk_fit(&narenas, &per)) {
     m = weft__mmap(NULL, narenas * per * pool.stride, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
     if (m != MAP_FAILED) break;
@@ -678,8 +709,10 @@ static chunk *chunk_map(size_t narenas) {
     else if (per > 1)
       per /= 2;
     else
-      return NULL;
+      break;
   }
+  pthread_mutex_unlock(&pool.map_lock);
+  if (m == MAP_FAILED) return NULL;
   size_t len = narenas * per * pool.stride;
   chunk *c = weft__calloc(1, sizeof *c + narenas * sizeof(arena *));
   if (!c) {

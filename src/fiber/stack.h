@@ -136,6 +136,14 @@ typedef struct weft__stack_stats {
 } weft__stack_stats;
 void weft__stack_get_stats(weft__stack_stats *out);
 
+/*
+ * Under an RLIMIT_AS of `limit` bytes, the address space that stacks leave
+ * free for the program and the OpenMP runtime: a sixteenth of the limit and
+ * 16 MiB per online CPU. New chunks are mapped only while VmSize stays at
+ * least this far below the limit. Any thread.
+ */
+size_t weft__stack_as_reserve(size_t limit);
+
 #ifdef WEFT_TESTING
 /*
  * Test hook: allow n more mprotect-guarded stacks than are mapped now
