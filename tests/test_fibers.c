@@ -200,6 +200,79 @@ static void test_sleep_slack(void) {
   default_config();
 }
 
+/*
+ * Timers disarmed behind a live one (sched.c's FIFO): on one carrier, a fiber
+ * sleeps 300 ms at the FIFO's head while 500 pairs play ping-pong on
+ * semaphores, each wait with a 10 s deadline that its partner's post
+ * disarms: tens of thousands of timers come and go behind the live head.
+ * Every wait must end as it should: the sleeper not before its deadline,
+ * each ping-pong wait by its post, and a wait nobody posts by its own 100 ms
+ * deadline (-ETIMEDOUT), not early.
+ */
+#define TD_PAIRS  500
+#define TD_ROUNDS 40
+typedef struct td_ctx {
+  weft_sem_t a[TD_PAIRS], b[TD_PAIRS], never;
+  int64_t base;
+  atomic_int bad;
+} td_ctx;
+
+static int td_fn(void *ctx, size_t i) {
+  td_ctx *r = ctx;
+  if (i == 2 * TD_PAIRS) { /* the head: armed first, due last */
+    int64_t d = r->base + 300 * MS;
+    weft_sleep_until(d);
+    if (weft_now_ns() < d) atomic_fetch_add(&r->bad, 1);
+    return 0;
+  }
+  if (i == 2 * TD_PAIRS + 1) { /* a wait that only its deadline ends */
+    weft_sleep_ns(20 * MS);
+    int64_t d = weft_now_ns() + 100 * MS;
+    int rc = weft_sem_wait(&r->never, d);
+    if (rc != -ETIMEDOUT || weft_now_ns() < d) atomic_fetch_add(&r->bad, 1);
+    return 0;
+  }
+  size_t k = i / 2;
+  for (int round = 0; round < TD_ROUNDS; round++) {
+    int rc;
+    if (i % 2 == 0) {
+      weft_sem_post(&r->a[k]);
+      rc = weft_sem_wait(&r->b[k], weft_now_ns() + 10000 * MS);
+    } else {
+      rc = weft_sem_wait(&r->a[k], weft_now_ns() + 10000 * MS);
+      weft_sem_post(&r->b[k]);
+    }
+    if (rc != 0) atomic_fetch_add(&r->bad, 1);
+  }
+  return 0;
+}
+
+static int td_head_first(void *ctx, size_t i) {
+  /* The sleeper arms before the pairs: elements start in index order on one carrier, so run it as 0. */
+  return td_fn(ctx, i == 0 ? 2 * TD_PAIRS : i - 1 + (i > 2 * TD_PAIRS ? 1 : 0));
+}
+
+static void test_timers_disarmed(void) {
+  if (!weft_test_fibers_expected()) return;
+  one_carrier();
+  static td_ctx r;
+  for (int k = 0; k < TD_PAIRS; k++) {
+    CU_ASSERT_EQUAL_FATAL(weft_sem_init(&r.a[k], 0), 0);
+    CU_ASSERT_EQUAL_FATAL(weft_sem_init(&r.b[k], 0), 0);
+  }
+  CU_ASSERT_EQUAL_FATAL(weft_sem_init(&r.never, 0), 0);
+  atomic_store(&r.bad, 0);
+  r.base = weft_now_ns();
+  CU_ASSERT_EQUAL(weft_pmap(2 * TD_PAIRS + 2, td_head_first, &r, &blocking), 0);
+  CU_ASSERT_EQUAL(atomic_load(&r.bad), 0);
+  for (int k = 0; k < TD_PAIRS; k++) {
+    weft_sem_destroy(&r.a[k]);
+    weft_sem_destroy(&r.b[k]);
+  }
+  weft_sem_destroy(&r.never);
+  default_config();
+}
+
 /* --- 100,000 at once --------------------------------------------------------------------- */
 
 typedef struct crowd {
@@ -771,6 +844,7 @@ int main(int argc, char **argv) {
       {"spawned_before_source", test_spawned_before_source},
       {"sleep_order", test_sleep_order},
       {"sleep_slack", test_sleep_slack},
+      {"timers_disarmed", test_timers_disarmed},
       {"hundred_thousand", test_hundred_thousand},
       {"blocking_errors", test_blocking_errors},
       {"max_parallel", test_max_parallel},
