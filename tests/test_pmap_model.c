@@ -425,14 +425,20 @@ static void test_explain_flag(void) {
   weft__team team;
   weft__cpu_team(&team);
   bool forked = large && strstr(large, "workers in");
-  if (team.size >= 2 && large) CU_ASSERT_TRUE(forked);
+  /*
+   * 20 ms of work forks wherever a fork costs what it should. Under Valgrind a fork (its threads run
+   * one at a time, each wake-up a scheduling round) can be timed at milliseconds, and a model that
+   * keeps the map on the caller then is right: the line still names a choice (checked above).
+   */
+  bool expect_fork = team.size >= 2 && !weft_test_slow_env();
+  if (expect_fork && large) CU_ASSERT_TRUE(forked);
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "pmap n=7 at "));
   CU_ASSERT_PTR_NOT_NULL(strstr(err, "grain 1 set by the caller"));
   /* One line per call: four calls, four lines. */
   int lines = 0;
   for (char *p = err; (p = strstr(p, "weft: pmap ")) != NULL; p++) lines++;
   CU_ASSERT_EQUAL(lines, 4);
-  if (lines != 4 || !small || !large || (team.size >= 2 && !forked)) printf("\n  stderr:\n%s\n", err);
+  if (lines != 4 || !small || !large || (expect_fork && !forked)) printf("\n  stderr:\n%s\n", err);
 }
 
 static void explain_env_calls(void) {
@@ -553,7 +559,13 @@ static void dear_calls(void) {
     }
     if (judge) CU_ASSERT_EQUAL(c.tids[0], me); /* the watched element */
     unsigned k = distinct_tids(&c);
-    if (team.size >= 2) CU_ASSERT(k >= 2); /* 10 ms elements: on the team in every environment */
+    /*
+     * 10 ms elements: on the team in every environment. Under Valgrind, which runs one thread at a
+     * time, the caller may run all 16 before a woken worker is scheduled (once in CI): there the
+     * check is that the call went to the team at all.
+     */
+    if (team.size >= 2 && !weft_test_slow_env()) CU_ASSERT(k >= 2);
+    if (team.size >= 2 && weft_test_slow_env()) CU_ASSERT(k >= 2 || team_decisions() > team_before);
     if (team.size >= 2 && k < 2)
       printf("\n  round %d: the dear call ran on %u thread(s) (%lu decision(s) for the team, %lu for the "
              "caller)",
