@@ -73,6 +73,31 @@ static void test_large_on_all(void) {
   CU_ASSERT_DOUBLE_EQUAL(o.par_ns, 1000 + 110000, 1e-6);
 }
 
+/*
+ * Hysteresis: at the margin (2.05 us on the team against 2.1 us on the
+ * caller: closer than 1/32) a site that has not forked stays on the caller,
+ * and one whose last decision forked because the workers paid goes on
+ * forking; past W it stops either way.
+ */
+static void test_hysteresis(void) {
+  weft__model_in in = inputs(100, 21, 1000, 1000);
+  weft__model_out o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_SMALL);
+  in.paid = true;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 2);
+  CU_ASSERT_EQUAL(o.why, WEFT__WHY_PAYS);
+  CU_ASSERT_DOUBLE_EQUAL(o.par_ns, 1000 + 1050, 1e-6);
+  /* The bound below which no gap makes a team win has no margin either: 2 F. */
+  CU_ASSERT_DOUBLE_EQUAL(o.seq_max_ns, 2000, 1e-6);
+  /* 100 x 19.5 ns: the team would take 1.975 us against 1.95 on the caller. */
+  in = inputs(100, 19.5, 1000, 1000);
+  in.paid = true;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
+}
+
 static void test_some_workers(void) {
   /*
    * 40 us of work, 16 us to start a team of 16: k* = sqrt(W (T-1) / F) =
@@ -594,6 +619,7 @@ int main(int argc, char **argv) {
       {"small_on_caller", test_small_on_caller},
       {"large_on_all", test_large_on_all},
       {"some_workers", test_some_workers},
+      {"hysteresis", test_hysteresis},
       {"no_team", test_no_team},
       {"ski_rental", test_ski_rental},
       {"deterministic", test_deterministic},

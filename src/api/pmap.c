@@ -129,6 +129,7 @@ typedef struct cpu_site {
   size_t par_hi;
   unsigned par_k;
   unsigned par_kind; /* ... while the team is of this kind (weft__cpu_team_kind) */
+  bool paid;         /* the last timed call forked because the workers paid (the model's hysteresis) */
   uint32_t timed;    /* timed calls so far (saturates) */
   uint32_t forks;    /* parallel calls so far (wraps): first-chunk sampling */
   unsigned trials;   /* forks left to try after a warm-up (model.h) */
@@ -345,7 +346,8 @@ void weft__pmap_test_forget_regret(void) {
     tls_model.site[i].regret_ns = 0;
     tls_model.site[i].trials = 0;
     tls_model.site[i].untimed = 0;
-    tls_model.site[i].par_hi = 0; /* no cached fork either: the next call is decided */
+    tls_model.site[i].par_hi = 0;   /* no cached fork either: the next call is decided */
+    tls_model.site[i].paid = false; /* ... with the margin of a site that has not forked */
   }
 }
 
@@ -478,6 +480,7 @@ decide:;
       .regret_ns = s->regret_ns,
       .calls = calls,
       .trials = s->trials,
+      .paid = s->paid,
   };
   weft__model_out out;
   if (done == n) {
@@ -492,6 +495,7 @@ decide:;
   }
   s->regret_ns = out.regret_ns;
   s->trials = out.trials;
+  s->paid = out.why == WEFT__WHY_PAYS;
   TEST_COUNT((int)out.why);
 
   int64_t t1;

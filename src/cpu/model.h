@@ -72,7 +72,12 @@
  *
  * and it runs on k* workers when t(k*) is below W by more than MARGIN
  * (1/32: when the two are that close, the caller alone has the smaller
- * spread), else on the caller alone.
+ * spread), else on the caller alone. A site whose last decision forked
+ * because the workers paid goes on forking while t(k*) is below W at all:
+ * at the margin the estimate of an element moves by more than 1/32 from one
+ * timed call to the next (21 to 28 ns for the same 24 ns kernel), and
+ * without this hysteresis a map of 100 such elements flapped between the
+ * team and the caller, each time on the wrong side for 7 calls.
  *
  * The trap: a map that runs on the caller lets the team fall asleep, so the
  * next call sees a cold team and runs on the caller again, even where a warm
@@ -168,6 +173,7 @@ typedef struct weft__model_in {
   double regret_ns;    /* the site's regret so far (see the essay) */
   uint32_t calls;      /* calls this decision stands for (untimed calls since the last decision, + 1) */
   unsigned trials;     /* forks still to try after a warm-up (WEFT__MODEL_TRIALS, counting down) */
+  bool paid;           /* the site's last decision forked because the workers paid: no MARGIN to stay */
 } weft__model_in;
 
 /* What the model decided. */
@@ -259,9 +265,10 @@ static inline void weft__model_decide(const weft__model_in *in, weft__model_out 
    * Below this much work no team wins at either gap (k = 2 is the best case
    * of t(k) < W (1 - MARGIN) for small W): the caller may skip the clock.
    */
+  double margin = in->paid ? 0 : WEFT__MODEL_MARGIN;
   double fmin = in->fork_ns < in->fork_warm_ns ? in->fork_ns : in->fork_warm_ns;
-  out->seq_max_ns = fmin / ((double)(team - 1) * (0.5 - WEFT__MODEL_MARGIN));
-  double goal = w * (1 - WEFT__MODEL_MARGIN);
+  out->seq_max_ns = fmin / ((double)(team - 1) * (0.5 - margin));
+  double goal = w * (1 - margin);
   double t_now, t_warm;
   unsigned k_now = weft__model_best_k(w, in->fork_ns, team, kmax, &t_now);
   unsigned k_warm = weft__model_best_k(w, in->fork_warm_ns, team, kmax, &t_warm);
