@@ -480,7 +480,7 @@ decide:;
       .regret_ns = s->regret_ns,
       .calls = calls,
       .trials = s->trials,
-      .paid = s->paid,
+      .paid = s->paid && stall_ns < 1, /* no hysteresis where forks stall (model.h) */
   };
   weft__model_out out;
   if (done == n) {
