@@ -296,3 +296,13 @@ int weft_test_run(int argc, char **argv, const char *suite, const weft_test *tes
   CU_cleanup_registry();
   return (failed || asserts_failed) ? 1 : 0;
 }
+
+size_t weft_test_vm_size(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return (size_t)kb << 10;
+}

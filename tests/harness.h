@@ -93,6 +93,9 @@ bool weft_test_qemu(void);
  */
 bool weft_test_slow_env(void);
 
+/* The process's address space now (VmSize of /proc/self/status), in bytes; 0 when it cannot be read. */
+size_t weft_test_vm_size(void);
+
 /*
  * True under Valgrind, which runs one thread at a time and lets the running
  * one keep going: a test of how threads share work cannot expect it there.

@@ -1009,16 +1009,6 @@ static void test_epoll_rearm(void) {
 
 /* --- resource limits, in child processes ----------------------------------------------------------- */
 
-static unsigned long vm_size_bytes(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  unsigned long kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
-  if (f) fclose(f);
-  return kb << 10;
-}
-
 #define BIG_N 100000
 static atomic_uchar *big_hits;
 static atomic_size_t big_inflight, big_peak;
@@ -1130,9 +1120,9 @@ static void test_rlimit_as(void) {
   static const unsigned long limits_mib[] = {256, 1024, 3072};
   for (size_t i = 0; i < sizeof limits_mib / sizeof limits_mib[0]; i++) {
     unsigned long lim = limits_mib[i] << 20;
-    if (vm_size_bytes() + (64ul << 20) > lim) {
-      printf("\n    %lu MiB: skipped, the process already has %lu MiB of address space", limits_mib[i],
-             vm_size_bytes() >> 20);
+    if (weft_test_vm_size() + (64ul << 20) > lim) {
+      printf("\n    %lu MiB: skipped, the process already has %zu MiB of address space", limits_mib[i],
+             weft_test_vm_size() >> 20);
       continue;
     }
     char err[4096], st[64];

@@ -77,7 +77,7 @@ static void test_large_on_all(void) {
  * Hysteresis: at the margin (2.05 us on the team against 2.1 us on the
  * caller: closer than 1/32) a site that has not forked stays on the caller,
  * and one whose last decision forked because the workers paid goes on
- * forking; past W it stops either way.
+ * forking, unless its forks have stalled lately; past W it stops either way.
  */
 static void test_hysteresis(void) {
   weft__model_in in = inputs(100, 21, 1000, 1000);
@@ -91,6 +91,10 @@ static void test_hysteresis(void) {
   CU_ASSERT_DOUBLE_EQUAL(o.par_ns, 1000 + 1050, 1e-6);
   /* The bound below which no gap makes a team win has no margin either: 2 F. */
   CU_ASSERT_DOUBLE_EQUAL(o.seq_max_ns, 2000, 1e-6);
+  /* Not where forks stall: the margin stays. */
+  in.stall_ns = 50;
+  o = decide(&in);
+  CU_ASSERT_EQUAL(o.workers, 1);
   /* 100 x 19.5 ns: the team would take 1.975 us against 1.95 on the caller. */
   in = inputs(100, 19.5, 1000, 1000);
   in.paid = true;

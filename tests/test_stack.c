@@ -932,18 +932,6 @@ static void test_budget(void) {
 /* RLIMIT_AS: the reserve under a burst                                      */
 /* ------------------------------------------------------------------------ */
 
-/* The process's address space now (VmSize), in bytes; 0 when it cannot be read. */
-static size_t vm_size(void) {
-  char buf[4096];
-  FILE *f = fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *v = strstr(buf, "VmSize:");
-  return v ? (size_t)strtoull(v + 7, NULL, 10) * KIB : 0;
-}
-
 #define RACE_THREADS 4
 #define RACE_MAX     2048
 static pthread_barrier_t race_go;
@@ -979,7 +967,7 @@ static void child_as_race(void *arg) {
   for (int i = 0; i < RACE_THREADS; i++)
     if (pthread_create(&t[i], NULL, race_taker, race_cookies[i]) != 0) _exit(4);
   /* The threads exist (their stacks count in VmSize); the limit leaves `share` past the reserve. */
-  size_t share = st.arena_stacks * st.stride * 3 / 2, vm = vm_size(), lim = vm + share;
+  size_t share = st.arena_stacks * st.stride * 3 / 2, vm = weft_test_vm_size(), lim = vm + share;
   if (vm == 0) _exit(5);
   while (lim - weft__stack_as_reserve(lim) < vm + share) lim += (size_t)1 << 20;
   struct rlimit rl = {lim, lim};
@@ -991,7 +979,7 @@ static void child_as_race(void *arg) {
     pthread_join(t[i], &n);
     taken += (uintptr_t)n;
   }
-  size_t after = vm_size(), reserve = weft__stack_as_reserve(lim);
+  size_t after = weft_test_vm_size(), reserve = weft__stack_as_reserve(lim);
   /* Slack: the arenas' records, from the main heap (a few pages). */
   bool kept = after + reserve <= lim + ((size_t)1 << 20);
   if (!kept || taken == 0)

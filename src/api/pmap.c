@@ -480,7 +480,8 @@ decide:;
       .regret_ns = s->regret_ns,
       .calls = calls,
       .trials = s->trials,
-      .paid = s->paid && stall_ns < 1, /* no hysteresis where forks stall (model.h) */
+      .paid = s->paid,
+      .stall_ns = stall_ns,
   };
   weft__model_out out;
   if (done == n) {

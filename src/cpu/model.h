@@ -140,18 +140,19 @@
 
 #include "../base/internal.h"
 
-#define WEFT__MODEL_GAPS          8           /* buckets of the time since a thread's last fork */
-#define WEFT__MODEL_FORK_GUESS    1000.0      /* ns: the fork cost of a bucket never measured */
-#define WEFT__MODEL_HALF_LIFE_NS  500000000LL /* a fork measurement's half-life: it ages towards the guess */
-#define WEFT__MODEL_MARGIN        (1.0 / 32)  /* parallel must beat sequential by this share */
-#define WEFT__MODEL_PROBE_NS      1000.0      /* the probe of a new site runs about this long */
-#define WEFT__MODEL_SAMPLE_EVERY  8           /* calls on the caller: one in this many is timed */
-#define WEFT__MODEL_TRIALS        3           /* forks tried after a warm-up before the warm cost is judged */
-#define WEFT__MODEL_FIRST_FORK_NS 1000000.0   /* the least a thread's first two forks are taken to cost */
-#define WEFT__MODEL_WATCH_MIN_NS  1000.0 /* a run on the caller expected this long times its first element */
-#define WEFT__MODEL_WATCH_FACTOR  16.0   /* ... and decides again when it took this many times the estimate */
-#define WEFT__MODEL_WATCH_PAYS_NS 50000.0 /* ... and the rest at its cost would take this long */
-#define WEFT__MODEL_WATCH_CONFIRM 2       /* ... and this many elements after it were dear too */
+#define WEFT__MODEL_GAPS           8           /* buckets of the time since a thread's last fork */
+#define WEFT__MODEL_FORK_GUESS     1000.0      /* ns: the fork cost of a bucket never measured */
+#define WEFT__MODEL_HALF_LIFE_NS   500000000LL /* a fork measurement's half-life: it ages towards the guess */
+#define WEFT__MODEL_MARGIN         (1.0 / 32)  /* parallel must beat sequential by this share */
+#define WEFT__MODEL_QUIET_STALL_NS 1.0         /* ns a fork of stalls below which the hysteresis holds */
+#define WEFT__MODEL_PROBE_NS       1000.0      /* the probe of a new site runs about this long */
+#define WEFT__MODEL_SAMPLE_EVERY   8           /* calls on the caller: one in this many is timed */
+#define WEFT__MODEL_TRIALS         3         /* forks tried after a warm-up before the warm cost is judged */
+#define WEFT__MODEL_FIRST_FORK_NS  1000000.0 /* the least a thread's first two forks are taken to cost */
+#define WEFT__MODEL_WATCH_MIN_NS   1000.0 /* a run on the caller expected this long times its first element */
+#define WEFT__MODEL_WATCH_FACTOR   16.0 /* ... and decides again when it took this many times the estimate */
+#define WEFT__MODEL_WATCH_PAYS_NS  50000.0 /* ... and the rest at its cost would take this long */
+#define WEFT__MODEL_WATCH_CONFIRM  2       /* ... and this many elements after it were dear too */
 
 /* Why the map ran where it did (the EXPLAIN text says it in words). */
 typedef enum weft__why {
@@ -179,6 +180,7 @@ typedef struct weft__model_in {
   uint32_t calls;      /* calls this decision stands for (untimed calls since the last decision, + 1) */
   unsigned trials;     /* forks still to try after a warm-up (WEFT__MODEL_TRIALS, counting down) */
   bool paid;           /* the site's last decision forked because the workers paid: no MARGIN to stay */
+  double stall_ns;     /* of fork_ns, the stalls' share (weft__fork_stall): no hysteresis while it shows */
 } weft__model_in;
 
 /* What the model decided. */
@@ -270,7 +272,7 @@ static inline void weft__model_decide(const weft__model_in *in, weft__model_out 
    * Below this much work no team wins at either gap (k = 2 is the best case
    * of t(k) < W (1 - MARGIN) for small W): the caller may skip the clock.
    */
-  double margin = in->paid ? 0 : WEFT__MODEL_MARGIN;
+  double margin = in->paid && in->stall_ns < WEFT__MODEL_QUIET_STALL_NS ? 0 : WEFT__MODEL_MARGIN;
   double fmin = in->fork_ns < in->fork_warm_ns ? in->fork_ns : in->fork_warm_ns;
   out->seq_max_ns = fmin / ((double)(team - 1) * (0.5 - margin));
   double goal = w * (1 - margin);
