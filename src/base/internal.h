@@ -35,6 +35,17 @@
 #define weft__store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
 #define weft__store_release(p, v) atomic_store_explicit((p), (v), memory_order_release)
 
+/*
+ * A sequentially consistent store that a later load of another word cannot
+ * pass (the store of a Dekker pair: "say I am going, then look"). C11's
+ * seq_cst store already promises that, but QEMU's user-mode AArch64 (the CI's
+ * aarch64 run) emulates STLR and LDAR as plain host moves, and an x86 host
+ * then lets the load pass the buffered store. An exchange is a locked
+ * read-modify-write there, and on x86-64 it is the XCHG a seq_cst store
+ * compiles to anyway.
+ */
+#define weft__store_sc(p, v) ((void)atomic_exchange_explicit((p), (v), memory_order_seq_cst))
+
 /* A CPU hint for spin loops. */
 static inline void weft__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -386,7 +386,7 @@ static weft__job *inject_pop(void) {
  * and kicks the host (weft__cpu_spawn). False when work turned up.
  */
 static bool try_close(void) {
-  atomic_store(&host.open, false);
+  weft__store_sc(&host.open, false); /* before the looks below; pairs with weft__cpu_spawn's fence */
   if (!weft__ws_all_empty() || atomic_load(&host.queued) != 0 || atomic_load(&host.busy) != 0) {
     atomic_store(&host.open, true);
     return false;

@@ -17,8 +17,10 @@
  *    accesses of those words: a seq_cst store followed by a seq_cst load
  *    cannot be reordered (C11's single total order of seq_cst operations),
  *    which is what the fence gave. ThreadSanitizer does not model
- *    standalone fences, and sees these; on x86-64 the store is an XCHG
- *    either way, on AArch64 STLR/LDAR.
+ *    standalone fences, and sees these. The owner's store is an exchange
+ *    (weft__store_sc): on x86-64 it is the XCHG a seq_cst store is anyway;
+ *    under QEMU's AArch64 emulation a plain STLR let the load of `top` pass
+ *    it, and an item was handed out twice (steal/deque_race in CI).
  *
  * Why it is correct, in short. Only the owner writes `bottom` and the
  * array; `top` only grows, by CAS. An item at index i is handed out once:
@@ -79,7 +81,7 @@ static inline bool weft__deque_push(weft__deque *d, struct weft__job *j) {
 /* Owner only: the newest job, or NULL when empty (or a thief took the last one). */
 static inline struct weft__job *weft__deque_take(weft__deque *d) {
   int64_t b = weft__load_relaxed(&d->bottom) - 1;
-  atomic_store_explicit(&d->bottom, b, memory_order_seq_cst);
+  weft__store_sc(&d->bottom, b);
   int64_t t = atomic_load_explicit(&d->top, memory_order_seq_cst);
   if (t > b) { /* empty: put bottom back */
     weft__store_relaxed(&d->bottom, b + 1);

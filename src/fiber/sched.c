@@ -1787,11 +1787,11 @@ void weft__fibers_shutdown(void) {
     return;
   }
   /* Wait for every fiber to end; the last one signals (after_switch). */
-  atomic_store(&rt.quiesce_waiting, true);
+  weft__store_sc(&rt.quiesce_waiting, true); /* before the look at live: pairs with live_dec */
   for (;;) {
     while (atomic_load(&rt.live) != 0) pthread_cond_wait(&rt.quiesce_cv, &rt.mu);
     /* Close the door, then look again: a spawn may have counted itself in between. */
-    atomic_store(&rt.state, RT_STOPPING);
+    weft__store_sc(&rt.state, RT_STOPPING); /* before the look at live: pairs with spawn_chain */
     if (atomic_load(&rt.live) == 0) break;
     atomic_store(&rt.state, RT_RUNNING);
   }
