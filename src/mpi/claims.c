@@ -32,7 +32,13 @@
  * atomic: a few microseconds. The automatic size aims at TARGET_NS of work
  * per claim, from the time the last chunks took: it starts at cmin (one
  * index per worker of the local map, the OpenMP team's size, so that even a
- * claim of slow elements keeps every worker busy; for WEFT_BLOCKING with
+ * claim of slow elements keeps every worker busy; a chunk of the local grain
+ * per worker where the caller set one, since a claim of fewer indices than
+ * that leaves workers idle and still pays their fork (an explicit grain
+ * always forks the team): with a grain of 10 and claims of 2, a CPU map of
+ * 10^5 fast indices on 4 ranks made 12,500 claims a rank, each a fork, and
+ * under ASan on oversubscribed cores a fork took up to 100 ms, so the claims
+ * never grew (docs/mpi.md); for WEFT_BLOCKING with
  * max_parallel, that many), grows at most twofold per claim, shrinks at once
  * when elements turn out slower, and never takes more than half of what it
  * believes is left of its own block, or 1 / (2 P) of what is left of
@@ -99,7 +105,7 @@ typedef struct chunker {
   size_t fixed;  /* opts.chunk, or 0 for automatic */
   size_t ranks;  /* P: an automatic claim on another rank's block takes at most 1 / (2 P) of what is left */
   bool stealing; /* the block being taken is another rank's */
-  size_t cmin;   /* the smallest automatic claim: one index per local worker */
+  size_t cmin;   /* the smallest automatic claim: one index (or chunk of the grain) per local worker */
   bool guided;   /* WEFT_BLOCKING without max_parallel: half of what is left, always */
   size_t c;      /* the next automatic claim, from the time the last ones took */
 } chunker;
@@ -172,6 +178,12 @@ static size_t cpu_workers(void) {
   long c = sysconf(_SC_NPROCESSORS_ONLN);
   return c > 0 ? (size_t)c : 1;
 #endif
+}
+
+size_t weft_mpi__claim_min(const weft_pmap_opts *local, size_t workers) {
+  if (local->kind == WEFT_BLOCKING) return local->max_parallel ? local->max_parallel : workers;
+  size_t g = local->grain > 1 ? local->grain : 1;
+  return workers > SIZE_MAX / g ? SIZE_MAX : workers * g; /* a chunk of the grain per worker */
 }
 
 /*
@@ -250,13 +262,10 @@ int weft_mpi__dynamic_run(weft_mpi__map *m, MPI_Win *win_out) {
     return -EIO;
   }
 
-  chunker k = {.fixed = m->o.chunk, .ranks = (size_t)m->size, .cmin = cpu_workers()};
-  if (m->o.local.kind == WEFT_BLOCKING) {
-    if (m->o.local.max_parallel)
-      k.cmin = m->o.local.max_parallel;
-    else
-      k.guided = true;
-  }
+  chunker k = {.fixed = m->o.chunk,
+               .ranks = (size_t)m->size,
+               .cmin = weft_mpi__claim_min(&m->o.local, cpu_workers()),
+               .guided = m->o.local.kind == WEFT_BLOCKING && !m->o.local.max_parallel};
   k.c = k.cmin;
 
   if (!all_ok) {

@@ -83,6 +83,14 @@ typedef struct weft_mpi__map {
 size_t weft_mpi__block_lo(size_t n, int size, int r);
 size_t weft_mpi__block_len(size_t n, int size, int r);
 
+/*
+ * DYNAMIC's smallest automatic claim for a local map run with `local` on
+ * `workers` workers (claims.c): one index per worker, a chunk of the grain
+ * per worker for a CPU map with a grain, max_parallel for a bounded
+ * WEFT_BLOCKING map. Saturates at SIZE_MAX.
+ */
+size_t weft_mpi__claim_min(const weft_pmap_opts *local, size_t workers);
+
 /* Run fn over global indices [first, first + len) through the local weft_pmap, results to out. */
 void weft_mpi__run(weft_mpi__map *m, size_t first, size_t len, char *out);
 

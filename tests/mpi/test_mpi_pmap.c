@@ -430,6 +430,29 @@ static void test_range(void) {
   CU_ASSERT_TRUE(weft_mpi_test_all(weft_mpi_pmap_range(MPI_COMM_WORLD, 10, NULL, NULL, NULL) == -EINVAL));
 }
 
+/*
+ * DYNAMIC's smallest claim holds a chunk of the local grain per worker: a
+ * claim of fewer indices forks the local team (an explicit grain always
+ * does) for work that leaves workers idle. With claims of one index per
+ * worker, test_range's grain-10 map of 10^5 indices made 12,500 claims a
+ * rank, and under ASan with load beside it outlived CI's timeout.
+ */
+static void test_claim_min(void) {
+  weft_pmap_opts o = WEFT_PMAP_OPTS_INIT;
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 2), 2); /* automatic grain: an index per worker */
+  o.grain = 1;
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 2), 2);
+  o.grain = 10;
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 2), 20);
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 16), 160);
+  o.grain = SIZE_MAX / 2;
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 3), SIZE_MAX); /* saturates */
+  o.kind = WEFT_BLOCKING; /* the grain is the CPU kind's: fibers take max_parallel, or one per worker */
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 2), 2);
+  o.max_parallel = 7;
+  CU_ASSERT_EQUAL(weft_mpi__claim_min(&o, 2), 7);
+}
+
 static const double *red_x;
 
 static void red_leaf(void *ctx, size_t lo, size_t hi, void *acc) {
@@ -559,6 +582,7 @@ int main(int argc, char **argv) {
       {"on_fiber", test_on_fiber},
       {"two_communicators", test_two_communicators},
       {"range", test_range},
+      {"claim_min", test_claim_min},
       {"reduce", test_reduce},
       {"dynamic_default_uneven", test_dynamic_default_uneven},
       {NULL, NULL},
