@@ -205,9 +205,11 @@ ssize_t weft__read_small(const char *path, char *buf, size_t cap) {
   return n;
 }
 
-size_t weft__as_room(void) {
+size_t weft__as_room(size_t *limit) {
   struct rlimit rl;
+  if (limit) *limit = SIZE_MAX;
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  if (limit) *limit = rl.rlim_cur < SIZE_MAX ? (size_t)rl.rlim_cur : SIZE_MAX;
   char buf[4096];
   if (weft__read_small("/proc/self/status", buf, sizeof buf) <= 0) return SIZE_MAX;
   const char *v = strstr(buf, "VmSize:");

@@ -43,10 +43,11 @@ ssize_t weft__read_small(const char *path, char *buf, size_t cap);
 /*
  * Under a finite RLIMIT_AS (ulimit -v): the bytes of address space the limit
  * leaves the process now (the limit less its VmSize; 0 when it is over).
- * SIZE_MAX when there is no limit. A system call and a read of
+ * SIZE_MAX when there is no limit. The limit goes to *limit when limit is
+ * not NULL (SIZE_MAX without one). A system call and a read of
  * /proc/self/status: for decisions that are rare (a chunk of stacks, a team).
  */
-size_t weft__as_room(void);
+size_t weft__as_room(size_t *limit);
 
 /*
  * The memory cgroup's limit on the process and its usage now, in bytes

@@ -466,7 +466,7 @@ static void host_worker(bool master) {
  * new; counting them as new only makes the team smaller than it could be.
  */
 static int host_team_size(int want) {
-  size_t room = weft__as_room();
+  size_t room = weft__as_room(NULL);
   if (room == SIZE_MAX || want <= 1) return want;
   size_t stack = (size_t)8 << 20;
   pthread_attr_t a;

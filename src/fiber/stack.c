@@ -178,7 +178,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
@@ -632,11 +631,9 @@ size_t weft__stack_as_reserve(size_t limit) {
  * counts too.
  */
 static size_t as_room(void) {
-  size_t room = weft__as_room();
+  size_t limit, room = weft__as_room(&limit);
   if (room == SIZE_MAX) return SIZE_MAX;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) != 0) return SIZE_MAX;
-  size_t reserve = weft__stack_as_reserve((size_t)rl.rlim_cur);
+  size_t reserve = weft__stack_as_reserve(limit);
   return room > reserve ? room - reserve : 0;
 }
 
