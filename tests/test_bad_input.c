@@ -701,13 +701,8 @@ static void huge_fd_child(void *arg) {
   c.io_uring = 0;
   weft_configure(&c);
   weft_fibers_available();
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  unsigned long vm_kb = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmSize: %lu kB", &vm_kb) == 1) break;
-  if (f) fclose(f);
-  struct rlimit rl = {(vm_kb << 10) + (1ul << 30), (vm_kb << 10) + (1ul << 30)};
+  size_t vm = weft_test_vm_size();
+  struct rlimit rl = {vm + (1ul << 30), vm + (1ul << 30)};
   setrlimit(RLIMIT_AS, &rl);
   const int fds[] = {INT_MAX, 1 << 30};
   int bad = 0;
