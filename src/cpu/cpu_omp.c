@@ -182,15 +182,37 @@ static void fork_region(weft__range *r, size_t t) {
      */
     weft__static_part part;
     weft__range_static_part(r, t, &part);
-#pragma omp parallel num_threads((int)t) shared(part)
+    /*
+     * The part goes by value, field by field: scalars firstprivate are
+     * copied into the region's data block, which a worker reads anyway, so
+     * its first element waits for that block alone, not the block and then
+     * the part (an aggregate would go by its address: range.h,
+     * weft__static_part).
+     */
+    weft_index_fn p_fn = part.f.fn;
+    void *p_ctx = part.ctx;
+    size_t p_base = part.base, p_n = part.n, p_grain = part.grain;
+    struct weft__scope *p_scope = part.scope;
+    weft__range *p_r = part.r;
+    uint64_t p_k = (uint64_t)part.k | (uint64_t)part.is_range << 32;
+#pragma omp parallel num_threads((int)t) firstprivate(p_fn, p_ctx, p_base, p_n, p_grain, p_scope, p_r, p_k)
     {
+      weft__static_part mine = {.f.fn = p_fn,
+                                .ctx = p_ctx,
+                                .base = p_base,
+                                .n = p_n,
+                                .grain = p_grain,
+                                .scope = p_scope,
+                                .r = p_r,
+                                .k = (uint32_t)p_k,
+                                .is_range = (uint32_t)(p_k >> 32)};
       /*
        * The runtime may give the region fewer threads than asked
        * (OMP_THREAD_LIMIT, OMP_DYNAMIC): the parts no thread has are run,
        * in turn, by the ones it gave. Nothing is lost either way.
        */
       size_t nt = (size_t)omp_get_num_threads();
-      for (size_t h = (size_t)omp_get_thread_num(); h < t; h += nt) weft__range_run_static(&part, h);
+      for (size_t h = (size_t)omp_get_thread_num(); h < mine.k; h += nt) weft__range_run_static(&mine, h);
     }
     return;
   }
