@@ -100,7 +100,7 @@ int weft__pmap_cpu(weft__range *r) {
 #define SITES              32      /* call sites per thread (element functions), in sets of two */
 #define SITE_TIMED_FIRST   4       /* a new site's first calls are all timed */
 #define FIRST_CHUNK_EVERY  4       /* a parallel call times the caller's first chunk once in this many */
-#define STATIC_MAX_NS      8000.0  /* a region splits a map statically when each share is this short */
+#define STATIC_MAX_NS      20000.0 /* a region splits a map statically when each share is this short */
 #define FORK_SAMPLE_MAX_NS 50000.0 /* a fork is a sample of the fork cost when each share is this short */
 #define FAR_SAMPLE_EVERY   64      /* one call in this many is timed when the map is far too small */
 
