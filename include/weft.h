@@ -272,7 +272,9 @@ typedef void (*weft_combine_fn)(void *ctx, void *acc, const void *other);
  * alone: -EINVAL when fn, combine, identity or result is NULL, size is 0
  * or above PTRDIFF_MAX, or opts is invalid as for weft_pmap; -ENOMEM when
  * the partial results cannot be allocated (a few cache lines per subtree
- * run in parallel; none for a single leaf); with WEFT_BLOCKING, the errors
+ * run in parallel; none for a single leaf, nor for a tree whose partial
+ * results fit 2 KiB of weft_reduce's own frame, as the 16 subtrees of a
+ * sum of doubles do on 2 threads); with WEFT_BLOCKING, the errors
  * of weft_pmap's fibers (-ENOMEM, -ESHUTDOWN) when none could start (result
  * then left alone too). n = 0 copies identity to result and returns 0; any n
  * up to SIZE_MAX is valid. identity and result must not overlap.

@@ -362,8 +362,8 @@ static void test_bad_input(void) {
 #ifdef WEFT_TESTING
 /*
  * Out of memory: the partial results cannot be had: -ENOMEM, nothing run,
- * result left alone; a single leaf needs no memory; weft_pmap_range's CPU
- * kind none at all.
+ * result left alone; a single leaf needs no memory, nor a tree small enough
+ * for weft_reduce's frame; weft_pmap_range's CPU kind none at all.
  */
 static void test_out_of_memory(void) {
   atomic_int calls;
@@ -388,6 +388,17 @@ static void test_out_of_memory(void) {
   weft__fault_disarm();
   CU_ASSERT_EQUAL(rc, 0);
   CU_ASSERT(hits_once(&h));
+  /* A small tree's partial results live in weft_reduce's frame: no allocation, the same bits. */
+  double *x = malloc(10000 * sizeof *x);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+  for (size_t i = 0; i < 10000; i++) x[i] = (i % 7 == 0 ? 1e12 : 1.0) * sin((double)i * 0.7);
+  double small = -1.0;
+  weft__fault_arm_here(1u << WEFT__F_MALLOC, 0, true);
+  rc = weft_reduce(10000, sum_leaf, sum_combine, x, &id, &small, sizeof small, NULL);
+  weft__fault_disarm();
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT(same_bits(small, ref_sum(x, 0, 10000, auto_grain(10000))));
+  free(x);
   /* And the reduction works again once memory is back. */
   CU_ASSERT_EQUAL(weft_reduce(100000, never_leaf, never_combine, &calls, &id, &res, sizeof res, NULL), 0);
 }
