@@ -50,9 +50,9 @@
 #include "pmap.h"
 
 #define UNITS_PER_WORKER 8
-#define REDUCE_LOCAL_BYTES                                                                                   \
-  2048                    /* a tree whose blocks fit here needs no allocation (16 units of 64 bytes do) */
-#define UNITS_MAX_DEPTH 8 /* at most 256 units */
+#define UNITS_MAX_DEPTH  8 /* at most 256 units */
+/* A tree whose blocks fit this many bytes keeps them in weft_reduce's frame (16 units of 64 bytes do). */
+#define REDUCE_LOCAL_BYTES 2048
 
 /* --- weft_pmap_range, BLOCKING --------------------------------------------------------- */
 

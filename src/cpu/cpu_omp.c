@@ -194,8 +194,9 @@ static void fork_region(weft__range *r, size_t t) {
     size_t p_base = part.base, p_n = part.n, p_grain = part.grain;
     struct weft__scope *p_scope = part.scope;
     weft__range *p_r = part.r;
-    uint64_t p_k = (uint64_t)part.k | (uint64_t)part.is_range << 32;
-#pragma omp parallel num_threads((int)t) firstprivate(p_fn, p_ctx, p_base, p_n, p_grain, p_scope, p_r, p_k)
+    uint32_t p_k = part.k, p_is_range = part.is_range;
+#pragma omp parallel num_threads((int)t)                                                                     \
+    firstprivate(p_fn, p_ctx, p_base, p_n, p_grain, p_scope, p_r, p_k, p_is_range)
     {
       weft__static_part mine = {.f.fn = p_fn,
                                 .ctx = p_ctx,
@@ -204,8 +205,8 @@ static void fork_region(weft__range *r, size_t t) {
                                 .grain = p_grain,
                                 .scope = p_scope,
                                 .r = p_r,
-                                .k = (uint32_t)p_k,
-                                .is_range = (uint32_t)(p_k >> 32)};
+                                .k = p_k,
+                                .is_range = p_is_range};
       /*
        * The runtime may give the region fewer threads than asked
        * (OMP_THREAD_LIMIT, OMP_DYNAMIC): the parts no thread has are run,
