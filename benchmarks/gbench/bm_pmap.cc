@@ -58,6 +58,7 @@
 #endif
 
 #include "kernels.h"
+#include "stats.h"
 #include "weft.h"
 
 namespace {
@@ -266,7 +267,7 @@ const int64_t kGrainSizes[] = {100, 10000, 1000000};
 
 void sizes(benchmark::internal::Benchmark *b) {
   for (int64_t n : kSizes) b->Arg(n);
-  b->ArgName("n")->UseRealTime();
+  b->ArgName("n")->UseRealTime()->ComputeStatistics("min", bench_min);
 }
 
 /* Fixed grains 1, 4, 16, ... up to n/2 (a grain of n or more is one worker). */

@@ -19,6 +19,9 @@
  *   Waxpby_WeftRange weft_pmap_range, automatic grain
  *   Waxpby_WeftPmap  weft_pmap, one call per index (what ranges save)
  *   Waxpby_Tbb       tbb::parallel_for over a blocked_range
+ *   Dot_Paired, Waxpby_Paired  the sequential kernel, both parallel fors
+ *                    and weft in turn, call by call: issue 28's target 3
+ *                    as paired ratios (at n = 1000 and 10^7 only)
  *
  * at n = 1000, 10^4, 10^5, 10^6 and 10^7 doubles. The kernels are compiled
  * once (benchmarks/kernels.c, 64-byte aligned) and called by every
@@ -32,11 +35,14 @@
  */
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -48,6 +54,7 @@
 #endif
 
 #include "kernels.h"
+#include "stats.h"
 #include "weft.h"
 
 namespace {
@@ -338,9 +345,142 @@ void BM_Waxpby_Tbb(benchmark::State &state) {
 }
 #endif
 
+/* --- target 3's ratios, call by call ------------------------------------------------ */
+
+#ifdef _OPENMP
+/*
+ * Dot_Paired and Waxpby_Paired run the sequential kernel, omp parallel for
+ * (a block of the kernel per thread, and the loop inline) and weft in turn
+ * inside one timed loop: a round times a batch of calls of each, in an
+ * order that rotates every round (batches of about 200,000 indices, so
+ * that a batch is long enough to time and a clock read is a small part of
+ * it). On a machine whose second vCPU comes and goes, separate repetitions
+ * of separate cases compare different seconds; rounds a few milliseconds
+ * apart compare the same ones. Counters: each implementation's median ns a
+ * call over the rounds, and the medians over the rounds of the paired
+ * ratios, the better parallel for ÷ weft (`par_ratio`) and the best of
+ * the three peers ÷ weft (`best_ratio`): above 1, weft was faster.
+ */
+enum { kPeerSeq, kPeerOmp, kPeerInline, kWeft, kImpls };
+const char *const kImplName[kImpls] = {"seq_ns", "omp_ns", "inline_ns", "weft_ns"};
+
+__attribute__((noinline)) double omp_waxpby_blocks(const Vecs &v) {
+  const long k = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+  for (long t = 0; t < k; t++) {
+    size_t lo, hi;
+    block(v.n, static_cast<size_t>(k), static_cast<size_t>(t), &lo, &hi);
+    weft_kernel_waxpby(kAlpha, v.x, kBeta, v.y, v.w, lo, hi);
+  }
+  return 0;
+}
+
+__attribute__((noinline)) double omp_waxpby_inline(const Vecs &v) {
+  const double *x = v.x, *y = v.y;
+  double *w = v.w;
+  const long n = static_cast<long>(v.n);
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; i++) w[i] = kAlpha * x[i] + kBeta * y[i];
+  return 0;
+}
+
+double dot_call(int impl, Vecs &v, int *err) {
+  DotCtx c{v.x, v.y};
+  const double zero = 0.0;
+  double s = 0;
+  switch (impl) {
+  case kPeerSeq:
+    return weft_kernel_dot(v.x, v.y, 0, v.n);
+  case kPeerOmp:
+    return omp_dot_blocks(v.x, v.y, v.n, omp_get_max_threads());
+  case kPeerInline:
+    return omp_dot_inline(v.x, v.y, static_cast<long>(v.n));
+  default:
+    *err = weft_reduce(v.n, dot_leaf, dot_combine, &c, &zero, &s, sizeof s, nullptr);
+    return s;
+  }
+}
+
+double waxpby_call(int impl, Vecs &v, int *err) {
+  switch (impl) {
+  case kPeerSeq:
+    weft_kernel_waxpby(kAlpha, v.x, kBeta, v.y, v.w, 0, v.n);
+    return 0;
+  case kPeerOmp:
+    return omp_waxpby_blocks(v);
+  case kPeerInline:
+    return omp_waxpby_inline(v);
+  default:
+    *err = weft_pmap_range(v.n, waxpby_range, &v, nullptr);
+    return 0;
+  }
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+/* The rounds; `call` makes one call of an implementation and returns its result (a dot product, or 0). */
+void paired(benchmark::State &state, Vecs &v, double (*call)(int, Vecs &, int *), bool is_dot) {
+  const size_t batch = v.n >= 200000 ? 1 : 200000 / v.n;
+  std::vector<double> t[kImpls], par, best;
+  double last[kImpls] = {0, 0, 0, 0};
+  int err = 0;
+  size_t round = 0;
+  for (auto _ : state) {
+    double ns[kImpls];
+    for (int j = 0; j < kImpls; j++) {
+      int impl = static_cast<int>((round + static_cast<size_t>(j)) % kImpls);
+      auto t0 = std::chrono::steady_clock::now();
+      for (size_t b = 0; b < batch; b++) {
+        last[impl] = call(impl, v, &err);
+        benchmark::DoNotOptimize(last[impl]);
+        benchmark::ClobberMemory();
+      }
+      auto t1 = std::chrono::steady_clock::now();
+      ns[impl] = std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(batch);
+    }
+    if (err != 0) {
+      state.SkipWithError(weft_strerror(err));
+      return;
+    }
+    for (int i = 0; i < kImpls; i++) t[i].push_back(ns[i]);
+    double p = std::min(ns[kPeerOmp], ns[kPeerInline]);
+    par.push_back(p / ns[kWeft]);
+    best.push_back(std::min(p, ns[kPeerSeq]) / ns[kWeft]);
+    round++;
+  }
+  if (is_dot) {
+    for (int i = 0; i < kImpls; i++)
+      if (std::fabs(last[i] - v.dot) > 1e-9 * std::fabs(v.dot)) state.SkipWithError("wrong dot product");
+  } else {
+    for (size_t i = 0; i < v.n; i++)
+      if (v.w[i] != kAlpha * v.x[i] + kBeta * v.y[i]) {
+        state.SkipWithError("wrong waxpby");
+        break;
+      }
+    std::memset(v.w, 0, v.n * sizeof(double));
+  }
+  for (int i = 0; i < kImpls; i++) state.counters[kImplName[i]] = median_of(t[i]);
+  state.counters["par_ratio"] = median_of(par);
+  state.counters["best_ratio"] = median_of(best);
+  state.counters["n"] = static_cast<double>(v.n);
+}
+
+void BM_Dot_Paired(benchmark::State &state) {
+  paired(state, vecs_for(static_cast<size_t>(state.range(0))), dot_call, true);
+}
+
+void BM_Waxpby_Paired(benchmark::State &state) {
+  paired(state, vecs_for(static_cast<size_t>(state.range(0))), waxpby_call, false);
+}
+#endif
+
 void sizes(benchmark::internal::Benchmark *b) {
   for (int64_t n : {1000, 10000, 100000, 1000000, 10000000}) b->Arg(n);
-  b->ArgName("n")->UseRealTime();
+  b->ArgName("n")->UseRealTime()->ComputeStatistics("min", bench_min);
 }
 
 BENCHMARK(BM_Dot_Seq)->Apply(sizes);
@@ -362,6 +502,11 @@ BENCHMARK(BM_Waxpby_WeftRange)->Apply(sizes);
 BENCHMARK(BM_Waxpby_WeftPmap)->Apply(sizes);
 #ifdef WEFT_BENCH_HAVE_TBB
 BENCHMARK(BM_Waxpby_Tbb)->Apply(sizes);
+#endif
+#ifdef _OPENMP
+/* Target 3's sizes; the ratios are counters (see above), so repetitions add little. */
+BENCHMARK(BM_Dot_Paired)->ArgName("n")->Arg(1000)->Arg(10000000)->UseRealTime();
+BENCHMARK(BM_Waxpby_Paired)->ArgName("n")->Arg(1000)->Arg(10000000)->UseRealTime();
 #endif
 
 } // namespace
