@@ -70,6 +70,44 @@ static void test_runs_on_fibers(void) {
   weft_future_free(f);
 }
 
+/*
+ * A CPU map called on a fiber runs no element on a fiber: the fiber parks
+ * and weft's OpenMP team runs them, whatever the map's size (the smallest
+ * would run on the caller elsewhere). The map's door tells a fiber from a
+ * plain thread by a per-thread note that the thread is a carrier: made on
+ * the carrier's first map, whether or not it came from a fiber.
+ */
+static int cpu_elem_where(void *ctx, size_t i) {
+  (void)i;
+  if (weft_in_fiber()) atomic_fetch_add((atomic_int *)ctx, 1);
+  return 0;
+}
+
+static void *cpu_maps_on_fiber(void *arg) {
+  atomic_int *on_fiber = arg;
+  for (size_t n = 1; n <= 4096; n *= 4)
+    for (int k = 0; k < 20; k++)
+      if (weft_pmap(n, cpu_elem_where, on_fiber, NULL) != 0) return (void *)1;
+  return NULL;
+}
+
+static void test_cpu_map_from_fiber(void) {
+  atomic_int on_fiber;
+  atomic_init(&on_fiber, 0);
+  /* A plain thread's maps first: its note says "not a carrier", which no carrier may share. */
+  CU_ASSERT_EQUAL(cpu_maps_on_fiber(&on_fiber), NULL);
+  weft_future *f[4];
+  for (int i = 0; i < 4; i++)
+    CU_ASSERT_EQUAL_FATAL(weft_future_start(WEFT_BLOCKING, cpu_maps_on_fiber, &on_fiber, &f[i]), 0);
+  for (int i = 0; i < 4; i++) {
+    void *r = (void *)1;
+    CU_ASSERT_EQUAL(weft_future_get(f[i], -1, &r), 0);
+    CU_ASSERT_EQUAL(r, NULL);
+    weft_future_free(f[i]);
+  }
+  CU_ASSERT_EQUAL(atomic_load(&on_fiber), 0);
+}
+
 typedef struct many {
   atomic_size_t done;
 } many;
@@ -835,6 +873,7 @@ static void test_fallback_no_stacks(void) {
 int main(int argc, char **argv) {
   static const weft_test tests[] = {
       {"runs_on_fibers", test_runs_on_fibers},
+      {"cpu_map_from_fiber", test_cpu_map_from_fiber},
       {"many_per_carrier", test_many_per_carrier},
       {"yield_alternates", test_yield_alternates},
       {"spawned_before_source", test_spawned_before_source},

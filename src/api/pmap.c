@@ -36,7 +36,7 @@
  * often it is timed, and the fork-join costs of each kind of team by gap
  * (model.h says what they mean). A known site whose last timed decision ran
  * on the caller runs the next calls of at most that size on the caller
- * without reading the clock, for WEFT__MODEL_SAMPLE_EVERY - 1 calls (63 when
+ * without reading the clock, for WEFT__MODEL_SAMPLE_EVERY - 1 calls (255 when
  * the map is under a quarter of what could ever pay for a team): the hot
  * path of a small map is a look-up, three compares and the loop. A site
  * whose last timed decision forked because the team pays forks the next
@@ -102,7 +102,7 @@ int weft__pmap_cpu(weft__range *r) {
 #define FIRST_CHUNK_EVERY  4       /* a parallel call times the caller's first chunk once in this many */
 #define STATIC_MAX_NS      20000.0 /* a region splits a map statically when each share is this short */
 #define FORK_SAMPLE_MAX_NS 50000.0 /* a fork is a sample of the fork cost when each share is this short */
-#define FAR_SAMPLE_EVERY   64      /* one call in this many is timed when the map is far too small */
+#define FAR_SAMPLE_EVERY   256     /* one call in this many is timed when the map is far too small */
 
 /*
  * What a map runs: an element function, or a range function (weft_pmap_range,
@@ -122,7 +122,7 @@ typedef struct cpu_site {
   int64_t last_end;  /* when the last timed call ended; 0: none */
   size_t seq_n;      /* maps of at most this many run on the caller untimed (any kind) */
   size_t watch_n;    /* ... and those of at least this many time their first element (model.h) */
-  uint32_t period;   /* untimed calls allowed between two timed ones (7 or 63) */
+  uint32_t period;   /* untimed calls allowed between two timed ones (7 or 255) */
   uint32_t untimed;  /* calls since the last timed one */
   uint32_t ran_here; /* ... of which on the caller, untimed, since last_end */
   size_t par_lo;     /* maps of par_lo..par_hi elements fork par_k workers untimed (par_hi 0: none) */
@@ -140,7 +140,10 @@ typedef struct cpu_model {
   weft__fork_costs fork[WEFT__TEAM_KINDS]; /* measured fork-join costs of the full team, by gap */
   int64_t last_join[WEFT__TEAM_KINDS];     /* when this thread's last fork of each kind ended */
   unsigned forked[WEFT__TEAM_KINDS];       /* forks of each kind so far (saturates at 2) */
+  unsigned char thread;                    /* THREAD_*: may this thread run fibers? (on_fiber) */
 } cpu_model;
+
+enum { THREAD_UNKNOWN, THREAD_PLAIN, THREAD_CARRIER };
 
 static __thread cpu_model tls_model;
 
@@ -385,7 +388,12 @@ static void cache_bounds(cpu_site *s, size_t n, const weft__model_out *o, unsign
   s->watch_n = o->why == WEFT__WHY_TEAM_OF_ONE || watch >= (double)SIZE_MAX ? SIZE_MAX
                : watch < 2                                                  ? 2
                                                                             : (size_t)watch;
-  /* Far below the bound no plausible change flips the decision soon: time one call in 64, not 8. */
+  /*
+   * Far below the bound no plausible change flips the decision soon: time
+   * one call in 256, not 8. A timed call costs about 100 ns (two clock reads
+   * and the decision); at one in 64 that was 1.5 ns of every call of
+   * weft_pmap_range over 1000 doubles (190 ns of work).
+   */
   s->period = sure >= 4.0 * (double)n ? FAR_SAMPLE_EVERY - 1 : WEFT__MODEL_SAMPLE_EVERY - 1;
   s->par_hi = 0;
   if (o->workers > 1 && o->why == WEFT__WHY_PAYS && s->elem_ns > 0) {
@@ -604,9 +612,8 @@ static __attribute__((noinline)) int cpu_fork_untimed(cpu_model *m, cpu_site *s,
  * last timed call, whatever its kind, and a map run on the caller is right
  * in any context (at worst it misses a fork for the 7 calls to the next one).
  */
-static inline __attribute__((always_inline)) int cpu_auto(size_t n, const body *b, weft__site_key fn,
-                                                          unsigned flags, const void *pc) {
-  cpu_model *m = &tls_model;
+static inline __attribute__((always_inline)) int cpu_auto(cpu_model *m, size_t n, const body *b,
+                                                          weft__site_key fn, unsigned flags, const void *pc) {
   cpu_site *s = site_of(m, fn);
   int explain = (flags & WEFT_PMAP_EXPLAIN) ? 2 : explain_setting();
   /* The hot path: a small map at a site whose last timed call ran on the caller. */
@@ -689,6 +696,21 @@ static __attribute__((noinline)) int pmap_run_fixed(size_t n, weft_index_fn fn, 
 }
 
 /*
+ * Is the caller a fiber that may park? A thread that is not a carrier never
+ * runs a fiber, and stays one (fiber.h), so it is asked once per thread:
+ * weft__fiber_self is a call into the fiber layer that a small map's hot
+ * path would otherwise pay every time.
+ */
+static inline bool on_parkable_fiber(cpu_model *m) {
+  if (WEFT__LIKELY(m->thread == THREAD_PLAIN)) return false;
+  if (m->thread == THREAD_UNKNOWN) {
+    m->thread = weft__carrier_thread() ? THREAD_CARRIER : THREAD_PLAIN;
+    if (m->thread == THREAD_PLAIN) return false;
+  }
+  return weft__fiber_self() && weft__parkable_self();
+}
+
+/*
  * The door past the checks. Always inlined: weft_pmap's copy sees rfn NULL
  * and keeps the element loop of its hot path as it was, with no call more.
  */
@@ -698,8 +720,9 @@ static inline __attribute__((always_inline)) int pmap_run(size_t n, weft_index_f
   body b = {fn, rfn, ctx};
   WEFT__ASSERT(!rfn || opts->kind == WEFT_CPU); /* range.c turns a BLOCKING range map into an element map */
   /* (A fiber inside an OpenMP region of its own is not parkable: it runs maps as a thread would.) */
-  if (opts->kind == WEFT_CPU && opts->grain == 0 && (!weft__fiber_self() || !weft__parkable_self()))
-    return cpu_auto(n, &b, key, opts->flags, pc);
+  cpu_model *m = &tls_model;
+  if (opts->kind == WEFT_CPU && opts->grain == 0 && !on_parkable_fiber(m))
+    return cpu_auto(m, n, &b, key, opts->flags, pc);
   return pmap_run_fixed(n, fn, rfn, ctx, opts, pc);
 }
 

@@ -117,11 +117,11 @@
  * that cost by the usual bounded average, so a preempted pair cannot poison
  * it for the calls to come. Calls expected under WATCH_MIN_NS are not watched
  * (the reads would be a tenth of a 0.3 us map): they are corrected at their
- * next timed call, after at most 7 (or 63) calls.
+ * next timed call, after at most 7 (or 255) calls.
  *
  * What it guarantees: the sequential choice costs the caller nothing but the
  * decision (a few ns at a known site: a table look-up and three compares;
- * the clock is read on one call in 8, or in 64 far below the cut-off); a
+ * the clock is read on one call in 8, or in 256 far below the cut-off); a
  * parallel call is chosen only when its estimate wins, or when the
  * accumulated regret pays for the waking, so over a loop the time lost to
  * wrong parallel calls is at most the regret, itself at most the time a

@@ -202,6 +202,13 @@ int weft__fiber_spawn_array(weft__fiber *fs, size_t n);
 
 /* The index of the calling thread's carrier (0, 1, ...), or 0 on any other thread. */
 unsigned weft__fiber_carrier_id(void);
+/*
+ * Is the calling thread a carrier? Fixed for the thread's life (carriers
+ * are threads weft starts as such), except that a child of fork() has none:
+ * a caller may cache `false` per thread (api/pmap.c does, to skip asking
+ * for the current fiber on every map), never `true`.
+ */
+bool weft__carrier_thread(void);
 
 /*
  * Will carrier `id` look for work soon? True when it exists, is running and

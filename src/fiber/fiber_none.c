@@ -98,6 +98,7 @@ bool weft__carrier_may_arrive(unsigned id) {
 void weft__source_close(weft__source *s) { WEFT__UNUSED(s); }
 void weft__source_finished(weft__fiber *f) { WEFT__UNUSED(f); }
 unsigned weft__fiber_carrier_id(void) { return 0; }
+bool weft__carrier_thread(void) { return false; }
 int weft__fibers_dump(int fd, bool stacks) {
   WEFT__UNUSED(stacks);
   /* As dump.c says of a runtime that is not running: there are no fibers in this build. */

@@ -269,6 +269,8 @@ unsigned weft__fiber_carrier_id(void) {
   return c ? c->id : 0;
 }
 
+bool weft__carrier_thread(void) { return tls_carrier != NULL; }
+
 weft__fiber *weft__fiber_self(void) {
   weft__carrier *c = tls_carrier;
   return c ? c->current : NULL;
