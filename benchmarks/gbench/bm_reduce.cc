@@ -263,16 +263,31 @@ void BM_Waxpby_Seq(benchmark::State &state) {
 }
 
 #ifdef _OPENMP
+/* In functions of their own, as the dot product's (and called by Waxpby_Paired too). */
+__attribute__((noinline)) double omp_waxpby_blocks(const Vecs &v) {
+  const long k = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+  for (long t = 0; t < k; t++) {
+    size_t lo, hi;
+    block(v.n, static_cast<size_t>(k), static_cast<size_t>(t), &lo, &hi);
+    weft_kernel_waxpby(kAlpha, v.x, kBeta, v.y, v.w, lo, hi);
+  }
+  return 0;
+}
+
+__attribute__((noinline)) double omp_waxpby_inline(const Vecs &v) {
+  const double *x = v.x, *y = v.y;
+  double *w = v.w;
+  const long n = static_cast<long>(v.n);
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; i++) w[i] = kAlpha * x[i] + kBeta * y[i];
+  return 0;
+}
+
 void BM_Waxpby_OmpFor(benchmark::State &state) {
   Vecs &v = vecs_for(static_cast<size_t>(state.range(0)));
-  const long k = omp_get_max_threads();
   for (auto _ : state) {
-#pragma omp parallel for schedule(static)
-    for (long t = 0; t < k; t++) {
-      size_t lo, hi;
-      block(v.n, static_cast<size_t>(k), static_cast<size_t>(t), &lo, &hi);
-      weft_kernel_waxpby(kAlpha, v.x, kBeta, v.y, v.w, lo, hi);
-    }
+    omp_waxpby_blocks(v);
     benchmark::ClobberMemory();
   }
   waxpby_done(state, v);
@@ -280,12 +295,8 @@ void BM_Waxpby_OmpFor(benchmark::State &state) {
 
 void BM_Waxpby_OmpForInline(benchmark::State &state) {
   Vecs &v = vecs_for(static_cast<size_t>(state.range(0)));
-  const double *x = v.x, *y = v.y;
-  double *w = v.w;
-  const long n = static_cast<long>(v.n);
   for (auto _ : state) {
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < n; i++) w[i] = kAlpha * x[i] + kBeta * y[i];
+    omp_waxpby_inline(v);
     benchmark::ClobberMemory();
   }
   waxpby_done(state, v);
@@ -364,26 +375,6 @@ void BM_Waxpby_Tbb(benchmark::State &state) {
 enum { kPeerSeq, kPeerOmp, kPeerInline, kWeft, kImpls };
 const char *const kImplName[kImpls] = {"seq_ns", "omp_ns", "inline_ns", "weft_ns"};
 
-__attribute__((noinline)) double omp_waxpby_blocks(const Vecs &v) {
-  const long k = omp_get_max_threads();
-#pragma omp parallel for schedule(static)
-  for (long t = 0; t < k; t++) {
-    size_t lo, hi;
-    block(v.n, static_cast<size_t>(k), static_cast<size_t>(t), &lo, &hi);
-    weft_kernel_waxpby(kAlpha, v.x, kBeta, v.y, v.w, lo, hi);
-  }
-  return 0;
-}
-
-__attribute__((noinline)) double omp_waxpby_inline(const Vecs &v) {
-  const double *x = v.x, *y = v.y;
-  double *w = v.w;
-  const long n = static_cast<long>(v.n);
-#pragma omp parallel for schedule(static)
-  for (long i = 0; i < n; i++) w[i] = kAlpha * x[i] + kBeta * y[i];
-  return 0;
-}
-
 double dot_call(int impl, Vecs &v, int *err) {
   DotCtx c{v.x, v.y};
   const double zero = 0.0;
@@ -414,12 +405,6 @@ double waxpby_call(int impl, Vecs &v, int *err) {
     *err = weft_pmap_range(v.n, waxpby_range, &v, nullptr);
     return 0;
   }
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 /* The rounds; `call` makes one call of an implementation and returns its result (a dot product, or 0). */
@@ -463,9 +448,9 @@ void paired(benchmark::State &state, Vecs &v, double (*call)(int, Vecs &, int *)
       }
     std::memset(v.w, 0, v.n * sizeof(double));
   }
-  for (int i = 0; i < kImpls; i++) state.counters[kImplName[i]] = median_of(t[i]);
-  state.counters["par_ratio"] = median_of(par);
-  state.counters["best_ratio"] = median_of(best);
+  for (int i = 0; i < kImpls; i++) state.counters[kImplName[i]] = bench_median(t[i]);
+  state.counters["par_ratio"] = bench_median(par);
+  state.counters["best_ratio"] = bench_median(best);
   state.counters["n"] = static_cast<double>(v.n);
 }
 

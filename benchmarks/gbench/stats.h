@@ -18,4 +18,12 @@ inline double bench_min(const std::vector<double> &v) {
   return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
 }
 
+/* The median of v (0 when empty): Dot_Paired and Waxpby_Paired report it over their rounds. */
+inline double bench_median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
 #endif /* WEFT_BENCH_STATS_H */
