@@ -152,6 +152,12 @@ void weft_test_sleep_ms(int ms) {
   }
 }
 
+void weft_test_busy_ns(int64_t ns) {
+  int64_t end = weft_now_ns() + ns;
+  while (weft_now_ns() < end) {
+  }
+}
+
 int weft_test_child(void (*fn)(void *), void *arg, char *err, size_t cap) {
   int p[2];
   if (pipe(p) != 0) return -1;

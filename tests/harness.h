@@ -135,4 +135,7 @@ int weft_test_default_config(void);
 /* Sleep the calling OS thread (never parks). */
 void weft_test_sleep_ms(int ms);
 
+/* Keep the calling thread busy for about ns of wall time, without parking or sleeping. */
+void weft_test_busy_ns(int64_t ns);
+
 #endif /* WEFT_TEST_HARNESS_H */

@@ -32,13 +32,6 @@ static void configure(bool migrate) {
 
 static void restore(void) { CU_ASSERT_EQUAL(weft_test_default_config(), 0); }
 
-/* Burn about `ns` of CPU without parking. */
-static void burn(int64_t ns) {
-  int64_t end = weft_now_ns() + ns;
-  while (weft_now_ns() < end) {
-  }
-}
-
 typedef struct group {
   weft_sem_t gate[2];    /* one per carrier: the fibers that started on carrier k wait on gate[k] */
   atomic_int parked[2];  /* fibers at their gate */
@@ -81,7 +74,7 @@ static void *member(void *arg) {
    * only.) */
   if (!g->raw && errno_get() != mine) atomic_fetch_add(&g->errno_lost, 1);
   /* Keep the carrier busy: the others woken with us queue behind. */
-  burn(2 * MS);
+  weft_test_busy_ns(2 * MS);
   unsigned after = weft__fiber_carrier_id() % 2;
   if (after != before) atomic_fetch_add(&g->moved, 1);
   /* A timer armed after the move fires on the new carrier. */
@@ -222,7 +215,7 @@ static void *busy_main(void *arg) {
   atomic_store(&b->busy_carrier, (int)weft__fiber_carrier_id());
   int64_t end = weft_now_ns() + 300 * MS;
   while (weft_now_ns() < end) {
-    burn(MS / 2);
+    weft_test_busy_ns(MS / 2);
     weft_yield();
   }
   atomic_store(&b->busy_over, true);
@@ -233,7 +226,7 @@ static void *woken_main(void *arg) {
   busy *b = arg;
   atomic_fetch_add(&b->parked, 1);
   if (weft_sem_wait(&b->gate, -1) != 0) return (void *)1;
-  burn(1 * MS);
+  weft_test_busy_ns(1 * MS);
   if ((int)weft__fiber_carrier_id() != atomic_load(&b->busy_carrier)) atomic_fetch_add(&b->on_other, 1);
   if (atomic_load(&b->busy_over)) atomic_fetch_add(&b->late, 1); /* held back until the busy fiber was done */
   atomic_fetch_add(&b->done, 1);

@@ -99,12 +99,6 @@ static bool region_live(uint64_t id) {
   return id > 0 && (id >= MAX_REGIONS || atomic_load(&region_state[id]) == 1);
 }
 
-static void busy_us(int us) {
-  int64_t until = weft_now_ns() + (int64_t)us * 1000;
-  while (weft_now_ns() < until) {
-  }
-}
-
 /* --- the tests ----------------------------------------------------------------------------- */
 
 static void test_tool_started(void) {
@@ -125,7 +119,7 @@ static int map_elem(void *ctx, size_t i) {
   map_ctx *m = ctx;
   m->in_region[i] = where_am_i(&m->at[i]);
   m->live[i] = region_live(m->at[i].region);
-  busy_us(20); /* long enough that every thread of the team takes part */
+  weft_test_busy_ns(20000); /* long enough that every thread of the team takes part */
   return 0;
 }
 
@@ -226,7 +220,7 @@ static void sum_leaf(void *ctx, size_t lo, size_t hi, void *acc) {
     atomic_fetch_add(&c->in_region, 1);
     if (!region_live(s.region)) atomic_fetch_add(&c->outside_tool, 1);
   }
-  busy_us(5);
+  weft_test_busy_ns(5000);
   uint64_t *a = acc;
   for (size_t i = lo; i < hi; i++) *a += i;
 }
