@@ -6,8 +6,11 @@
 #                                                              default: build/release
 #
 # The workloads (W: echo1000, echo9000, http; default all three):
-#   echo1000  weft-bench echo --connections 1000 --messages 100 --backend weft --json
-#   echo9000  weft-bench echo --connections 9000 --messages 20 --backend weft --json
+#   echo1000  weft-bench echo --connections 1000 --messages 100 --backend weft --json, and then
+#             weft-go-echo -connections 1000 -messages 100 -warmup-connections 1000 (weft-bench's Go
+#             baseline, the same protocol with a goroutine per connection on both sides) as the
+#             peer's baseline, where this build has it
+#   echo9000  the same with 9000 connections of 20 messages
 #   http      weft-bench http --url URL --requests R --concurrency 1000 --keepalive --backend weft --json
 #             (R default 60000) against nginx serving a 9216-byte page as scripts/bench-net.sh sets it
 #             up (nproc workers, sendfile, keep-alive), and then wrk -t2 -c1000 -d3s on the same URL as
@@ -22,20 +25,23 @@
 # sample lands where the timer interrupt found the thread (with some skid).
 #
 # Reported per message (echo: a round trip, both ends in the one process,
-# the untimed warm-up's messages counted too, and connection set-up included;
-# http: a request, warm-up included):
+# the untimed warm-ups' messages counted too, and connection set-up included;
+# http: a request, warm-ups included; weft-bench warms up twice, once before
+# all repetitions and once right before each, and says how often in its
+# record's warmup_runs):
 #   - the process's CPU (samples x 100 us): kernel, libweft, libc, the rest;
 #   - libweft's top N functions (default 12): share of the process's samples, ns a message;
 #   - context switches of weft's carriers (weft-carrier-*), of the process's
 #     other threads, and of the peer (http: nginx's workers; beside wrk too);
-#   - weft's own counters (weft-bench's weft_stats): carrier sleeps
+#   - weft's own counters (weft-bench's weft_stats, which cover the timed
+#     messages only, and are divided by those): carrier sleeps
 #     (carrier_wakeups), poller waits, parks, ring submissions.
 #
 # Needs perf (Debian: linux-perf) allowed to sample (root, or
 # kernel.perf_event_paranoid <= 0; -a needs -1), a build with weft-bench,
 # and for http nginx and wrk (scripts/deps.sh bench); a part that lacks one
 # is skipped with a message. --keep DIR keeps the perf.data files and the
-# JSON records there. Time: about a minute. Exit status: 0 (skips
+# JSON records there. Time: about two minutes. Exit status: 0 (skips
 # included), 1 when a run failed, 2 on a usage error.
 set -euo pipefail
 # The private nginx (its folder, config and page), shared with scripts/bench-net.sh.
@@ -117,9 +123,10 @@ samples() {
 }
 
 # Report one recorded run: $1 the samples file, $2 the label, $3 messages, $4 the weft pid ("" = the
-# process of the weft-carrier threads), $5 the JSON record (weft_stats), $6 the peer's comm or "".
+# process of the weft-carrier threads), $5 the JSON record (weft_stats), $6 the peer's comm or "", $7 the
+# messages weft_stats count (the timed ones).
 report() {
-  local f=$1 label=$2 msgs=$3 pid=$4 rec=$5 peer=$6
+  local f=$1 label=$2 msgs=$3 pid=$4 rec=$5 peer=$6 smsgs=${7:-$3}
   # The weft-bench process: the pid with the most records of threads named weft-bench (a system-wide
   # record may hold other programs' weft carriers too).
   if [ -z "$pid" ]; then pid=$(awk '$2 == "weft-bench" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$f"); fi
@@ -151,8 +158,8 @@ report() {
     local st
     st=$(printf '%s\n' "$rec" | grep -o '"weft_stats":{[^}]*}' || true)
     if [ -n "$st" ]; then
-      awk -v m="$msgs" -v s="$st" 'BEGIN {
-        printf "weft_stats a message:"
+      awk -v m="$smsgs" -v s="$st" 'BEGIN {
+        printf "weft_stats a timed message:"
         n = split("carrier_wakeups poller_waits parks steals uring_submissions", k, " ")
         for (i = 1; i <= n; i++) if (match(s, "\"" k[i] "\":[0-9]+")) {
           v = substr(s, RSTART + length(k[i]) + 3, RLENGTH - length(k[i]) - 3); printf " %s %.4f", k[i], v / m }
@@ -172,15 +179,45 @@ run_echo() {
     rc=1
     return
   fi
-  local rec msgs
+  local rec msgs timed
   rec=$(head -1 "$tmp/$name.json")
-  msgs=$(awk -v a="$(json_num "$rec" connections)" -v b="$(json_num "$rec" messages)" \
-    -v c="$(json_num "$rec" warmup_connections)" -v d="$(json_num "$rec" warmup_messages)" 'BEGIN { print a * b + c * d }')
+  timed=$(awk -v a="$(json_num "$rec" connections)" -v b="$(json_num "$rec" messages)" -v r="$(json_num "$rec" repeat)" \
+    'BEGIN { print a * b * r }')
+  msgs=$(awk -v t="$timed" -v c="$(json_num "$rec" warmup_connections)" -v d="$(json_num "$rec" warmup_messages)" \
+    -v w="$(json_num "$rec" warmup_runs)" 'BEGIN { print t + c * d * w }')
   samples "$tmp/$name.data" >"$tmp/$name.samples"
   local pid
   pid=$(awk '$2 == "weft-bench" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$tmp/$name.samples")
   report "$tmp/$name.samples" "$name: echo $conns x $m x 64 B, weft (msgs/s $(json_num "$rec" msgs_per_s), CPU $(json_num "$rec" cpu_us_per_message) us a message by weft-bench's own count)" \
-    "$msgs" "$pid" "$rec" ""
+    "$msgs" "$pid" "$rec" "" "$timed"
+  run_go_echo "$name" "$conns" "$m"
+}
+
+# weft-bench's Go baseline of an echo workload, under the same record: $1 name, $2 connections, $3 messages.
+run_go_echo() {
+  local name=$1 conns=$2 m=$3 go=$build/benchmarks/go/weft-go-echo
+  if [ ! -x "$go" ]; then
+    echo "bench-profile.sh: $name: the Go baseline skipped: $go not found (a build with Go: scripts/deps.sh bench)" >&2
+    return
+  fi
+  local cmd=("$go" -connections "$conns" -messages "$m" -warmup-connections "$conns")
+  echo "bench-profile.sh: $name, the baseline: GOMAXPROCS=$(nproc) perf record ${events[*]} -- ${cmd[*]}" >&2
+  if ! GOMAXPROCS=$(nproc) perf record -q "${events[@]}" -o "$tmp/$name-go.data" -- "${cmd[@]}" >"$tmp/$name-go.json" 2>"$tmp/$name-go.err"; then
+    echo "bench-profile.sh: $name, the Go baseline failed:" >&2
+    cat "$tmp/$name-go.err" >&2
+    rc=1
+    return
+  fi
+  local rec msgs
+  rec=$(grep -m1 '"bench":"echo"' "$tmp/$name-go.json" || true)
+  # Its one warm-up, in the same process, then the timed round trips.
+  msgs=$(awk -v a="$(json_num "$rec" messages_ok)" -v c="$(json_num "$rec" warmup_connections)" \
+    -v d="$(json_num "$rec" warmup_messages)" 'BEGIN { print a + c * d }')
+  samples "$tmp/$name-go.data" >"$tmp/$name-go.samples"
+  local gpid
+  gpid=$(awk '$2 == "weft-go-echo" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$tmp/$name-go.samples")
+  report "$tmp/$name-go.samples" "$name baseline: weft-go-echo, $conns x $m x 64 B, GOMAXPROCS $(nproc) (msgs/s $(awk -v n="$(json_num "$rec" messages_ok)" -v t="$(json_num "$rec" elapsed_ms)" 'BEGIN { if (t > 0) printf "%.0f", n * 1000 / t }')); its threads count as 'other threads'" \
+    "$msgs" "$gpid" "" ""
 }
 
 # nginx as scripts/bench-net.sh sets it up (scripts/lib/nginx.sh), for 1000 connections; sets url,
@@ -214,12 +251,14 @@ run_http() {
     cat "$tmp/http.err" >&2
     rc=1
   else
-    local rec msgs
+    local rec msgs timed
     rec=$(head -1 "$tmp/http.json")
-    msgs=$(awk -v a="$(json_num "$rec" requests)" -v b="$(json_num "$rec" warmup_requests)" 'BEGIN { print a + b }')
+    timed=$(awk -v a="$(json_num "$rec" requests)" -v r="$(json_num "$rec" repeat)" 'BEGIN { print a * r }')
+    msgs=$(awk -v t="$timed" -v b="$(json_num "$rec" warmup_requests)" -v w="$(json_num "$rec" warmup_runs)" \
+      'BEGIN { print t + b * w }')
     samples "$tmp/http.data" >"$tmp/http.samples"
     report "$tmp/http.samples" "http: weft-bench http against nginx, 1000 connections kept alive, weft (req/s $(json_num "$rec" rps))" \
-      "$msgs" "" "$rec" nginx
+      "$msgs" "" "$rec" nginx "$timed"
   fi
   if ! command -v "${WRK:-wrk}" >/dev/null; then
     echo "bench-profile.sh: the wrk baseline skipped: wrk not found" >&2

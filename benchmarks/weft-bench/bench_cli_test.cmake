@@ -473,6 +473,8 @@ lines("${out}" l)
 foreach(rec IN LISTS l)
   expect_value("${rec}" warmup_connections 7)
   expect_value("${rec}" warmup_messages 10)
+  # The warm-ups that ran: the phase's and one before each repetition (a profile's message count needs it).
+  expect_value("${rec}" warmup_runs 3)
   if(HAVE_JSON)
     string(JSON accepted GET "${rec}" server_connections)
     string(JSON retries GET "${rec}" connect_retries)
@@ -539,6 +541,9 @@ lines("${out}" l)
 list(GET l 0 rec)
 expect_value("${rec}" backend weft)
 expect_key("${rec}" vs_go "NUMBER|NULL")
+# Without a warm-up asked for, none ran.
+run(0 out echo --backend weft --connections 20 --messages 5 --warmup-connections 0 --json)
+expect_value("${out}" warmup_runs 0)
 
 
 # --- grain, tiny: two sizes, two backends, the METG of each ----------------------

@@ -568,12 +568,17 @@ static int echo_measure(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *s) {
   if (r->id == B_GO) {
     /* The go program warms itself up in each of its processes; here, only whether it is there. */
     char path[4096];
-    if (phase == WB_WARMUP)
+    if (phase == WB_WARMUP) {
+      s->idle = true;
       return wb_go_find("weft-go-echo", path, sizeof path, s->error, sizeof s->error) < 0 ? WB_SKIP : 0;
+    }
     int rc = measure_go(&es, conns, warm_conns, warm_msgs, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else if (phase == WB_WARMUP) {
-    if (!warm_conns) return 0;
+    if (!warm_conns) {
+      s->idle = true;
+      return 0;
+    }
     echo_setup wes = es;
     wes.messages = warm_msgs;
     measure(&wes, r->id, warm_conns, c->lat, &res);

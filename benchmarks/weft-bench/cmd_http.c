@@ -670,13 +670,18 @@ static int http_run_counted(wb_driver *d, wb_run *r, wb_phase phase, wb_sample *
   if (r->id == B_GO) {
     /* The go program warms itself up in each of its processes; here, only whether it is there. */
     char path[4096];
-    if (phase == WB_WARMUP)
+    if (phase == WB_WARMUP) {
+      s->idle = true;
       return wb_go_find("weft-go-httpget", path, sizeof path, s->error, sizeof s->error) < 0 ? WB_SKIP : 0;
+    }
     int rc = measure_go(c, t, &res, s->error, sizeof s->error);
     if (rc != 0) return rc;
   } else if (phase == WB_WARMUP) {
     s->quiet = true;
-    if (c->warmup) warm_up(c, r, t, s);
+    if (c->warmup)
+      warm_up(c, r, t, s);
+    else
+      s->idle = true;
     return 0;
   } else {
     measure(&c->hs, r->id, (size_t)c->requests, (size_t)c->concurrency, false, c->lat, &t->client, &res);

@@ -363,6 +363,7 @@ static void repetition(wb_driver *d, wb_run *r, wb_phase phase) {
   }
   if (rc < 0) return;
   if (phase == WB_WARMUP) {
+    if (!s.idle) r->warmups++;
     json_decref(s.rec);
     return;
   }
@@ -451,6 +452,8 @@ static json_t *build_record(wb_driver *d, wb_run *r) {
     rc = wb_json_set_str(rec, "error", r->error[0] ? r->error : "no repetition ran");
   if (rc == 0 && !r->failed && r->n) json_object_del(rec, "error");
   if (rc == 0 && r->n) rc = wb_add_timing(rec, r->ms, r->n);
+  if (rc == 0 && (d->cmd->flags & WB_CMD_WARMUP))
+    rc = wb_json_set_int(rec, "warmup_runs", (int64_t)r->warmups);
   if (rc == 0 && r->n) rc = add_metrics(d, r, rec);
   if (rc == 0 && fresh) rc = wb_meta_add(rec);
   if (rc == 0 && r->n && is_weft_run(r, json_string_value(json_object_get(rec, "backend"))))

@@ -82,6 +82,7 @@ typedef struct wb_sample {
   double m[WB_MAX_METRICS]; /* the command's figures, in the order of its metric table; NAN: none */
   bool failed;              /* it ran and gave its figures, but something in it failed (error says what) */
   bool quiet;      /* the failure was told already (a child's stderr) or is in the report: no message */
+  bool idle;       /* a warm-up that warmed nothing (none asked for, or the program warms itself up) */
   char error[256]; /* why it failed or was skipped */
   json_t *rec;     /* the record of the child process it ran in, or NULL; the driver takes it */
 } wb_sample;
@@ -99,6 +100,7 @@ typedef struct wb_run {
   double *ms;                /* the wall time of each measured repetition, n of them */
   double *m[WB_MAX_METRICS]; /* each figure of each measured repetition */
   size_t n;                  /* measured repetitions */
+  size_t warmups;            /* warm-up calls that did warm something up (the record's warmup_runs) */
   json_t *base;              /* the first child record, for runs made in child processes */
   bool skipped;              /* cannot run here: no record, and the exit code stays */
   bool failed;               /* the record says "failed", and the exit code is 1 */
