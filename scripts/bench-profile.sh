@@ -12,7 +12,10 @@
 #             peer's baseline, where this build has it
 #   echo9000  the same with 9000 connections of 20 messages
 #   http      weft-bench http --url URL --requests R --concurrency 1000 --keepalive --backend weft --json
-#             (R default 60000) against nginx serving a 9216-byte page as scripts/bench-net.sh sets it
+#             (R default 200000, about as many as wrk makes in its 3 s: weft-bench opens its 1000
+#             connections anew for each warm-up and repetition, and with 60000 requests nginx's
+#             set-up and teardown of them were charged to fewer requests than beside wrk)
+#             against nginx serving a 9216-byte page as scripts/bench-net.sh sets it
 #             up (nproc workers, sendfile, keep-alive), and then wrk -t2 -c1000 -d3s on the same URL as
 #             the peer's baseline
 #
@@ -54,7 +57,7 @@ usage() {
 }
 only=echo1000,echo9000,http
 top=12
-requests=60000
+requests=200000
 keep=
 build=
 while [ $# -gt 0 ]; do
