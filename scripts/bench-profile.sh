@@ -125,14 +125,19 @@ samples() {
   }'
 }
 
+# The pid with the most records of threads named $2 in samples file $1 (a system-wide record may hold
+# other processes of that name too).
+busiest_pid() {
+  awk -v c="$2" '$2 == c { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$1"
+}
+
 # Report one recorded run: $1 the samples file, $2 the label, $3 messages, $4 the weft pid ("" = the
 # process of the weft-carrier threads), $5 the JSON record (weft_stats), $6 the peer's comm or "", $7 the
 # messages weft_stats count (the timed ones).
 report() {
   local f=$1 label=$2 msgs=$3 pid=$4 rec=$5 peer=$6 smsgs=${7:-$3}
-  # The weft-bench process: the pid with the most records of threads named weft-bench (a system-wide
-  # record may hold other programs' weft carriers too).
-  if [ -z "$pid" ]; then pid=$(awk '$2 == "weft-bench" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$f"); fi
+  # The weft-bench process: the busiest of that name (a system-wide record may hold other programs' too).
+  if [ -z "$pid" ]; then pid=$(busiest_pid "$f" weft-bench); fi
   echo
   echo "== $label: $msgs messages"
   awk -v pid="$pid" -v msgs="$msgs" -v top="$top" -v peer="$peer" '
@@ -189,10 +194,8 @@ run_echo() {
   msgs=$(awk -v t="$timed" -v c="$(json_num "$rec" warmup_connections)" -v d="$(json_num "$rec" warmup_messages)" \
     -v w="$(json_num "$rec" warmup_runs)" 'BEGIN { print t + c * d * w }')
   samples "$tmp/$name.data" >"$tmp/$name.samples"
-  local pid
-  pid=$(awk '$2 == "weft-bench" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$tmp/$name.samples")
   report "$tmp/$name.samples" "$name: echo $conns x $m x 64 B, weft (msgs/s $(json_num "$rec" msgs_per_s), CPU $(json_num "$rec" cpu_us_per_message) us a message by weft-bench's own count)" \
-    "$msgs" "$pid" "$rec" "" "$timed"
+    "$msgs" "" "$rec" "" "$timed"
   run_go_echo "$name" "$conns" "$m"
 }
 
@@ -216,11 +219,15 @@ run_go_echo() {
   # Its one warm-up, in the same process, then the timed round trips.
   msgs=$(awk -v a="$(json_num "$rec" messages_ok)" -v c="$(json_num "$rec" warmup_connections)" \
     -v d="$(json_num "$rec" warmup_messages)" 'BEGIN { print a + c * d }')
+  if [ "$msgs" = 0 ]; then
+    echo "bench-profile.sh: $name, the Go baseline printed no record of its round trips:" >&2
+    cat "$tmp/$name-go.json" "$tmp/$name-go.err" >&2
+    rc=1
+    return
+  fi
   samples "$tmp/$name-go.data" >"$tmp/$name-go.samples"
-  local gpid
-  gpid=$(awk '$2 == "weft-go-echo" { n[$3]++ } END { for (p in n) if (n[p] > m) { m = n[p]; b = p }; print b }' "$tmp/$name-go.samples")
   report "$tmp/$name-go.samples" "$name baseline: weft-go-echo, $conns x $m x 64 B, GOMAXPROCS $(nproc) (msgs/s $(awk -v n="$(json_num "$rec" messages_ok)" -v t="$(json_num "$rec" elapsed_ms)" 'BEGIN { if (t > 0) printf "%.0f", n * 1000 / t }')); its threads count as 'other threads'" \
-    "$msgs" "$gpid" "" ""
+    "$msgs" "$(busiest_pid "$tmp/$name-go.samples" weft-go-echo)" "" ""
 }
 
 # nginx as scripts/bench-net.sh sets it up (scripts/lib/nginx.sh), for 1000 connections; sets url,
@@ -278,10 +285,8 @@ run_http() {
   local n
   n=$(awk '/requests in/ { print $1; exit }' "$tmp/wrk.out")
   samples "$tmp/wrk.data" >"$tmp/wrk.samples"
-  local wpid
-  wpid=$(awk '$2 == "wrk" { print $3; exit }' "$tmp/wrk.samples")
   report "$tmp/wrk.samples" "http baseline: wrk -t2 -c1000 -d3s against the same nginx (req/s $(awk '/^Requests\/sec:/ { print $2 }' "$tmp/wrk.out")); wrk's threads count as 'other threads'" \
-    "${n:-1}" "$wpid" "" nginx
+    "${n:-1}" "$(busiest_pid "$tmp/wrk.samples" wrk)" "" nginx
 }
 
 echo "bench-profile.sh: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, $("$wb" echo --help >/dev/null 2>&1 && echo weft-bench ok), perf $(perf --version | awk '{ print $3 }')"
