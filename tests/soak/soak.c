@@ -594,6 +594,11 @@ typedef struct ch_ctx {
   int map_rc;
 } ch_ctx;
 
+/* The channel step running now, for the watchdog's report (a stall there says how far it got). */
+static _Atomic(ch_ctx *) g_chan;
+static size_t g_chan_cap;
+static atomic_bool g_chan_prod_done, g_chan_cons_started;
+
 static void mark_recv(ch_ctx *c, int id) {
   if (id < 0 || id >= (int)c->nprod * c->per) {
     atomic_fetch_add(&c->bad, 1);
@@ -621,6 +626,7 @@ static void *producers(void *p) {
   weft_pmap_opts o = {WEFT_BLOCKING, 0, 0, 0};
   c->map_rc = weft_pmap(c->nprod, prod_elem, c, &o);
   weft_chan_close(c->ch); /* whatever happened: the receivers end */
+  atomic_store(&g_chan_prod_done, true);
   return p;
 }
 
@@ -641,6 +647,7 @@ static int cons_elem(void *ctx, size_t i) {
 
 static void *consumers(void *p) {
   ch_ctx *c = p;
+  atomic_store(&g_chan_cons_started, true);
   weft_pmap_opts o = {WEFT_BLOCKING, 0, 0, 0};
   return (void *)(intptr_t)weft_pmap(c->ncons, cons_elem, c, &o);
 }
@@ -665,6 +672,10 @@ static void step_chan(rel_rng *r) {
   c.sent = calloc(total, 1);
   c.recvd = calloc(total, 1);
   c.map_rc = -1000000;
+  g_chan_cap = cap;
+  atomic_store(&g_chan_prod_done, false);
+  atomic_store(&g_chan_cons_started, false);
+  atomic_store(&g_chan, &c);
   weft_future *fp = NULL, *fc = NULL;
   int sp = weft_future_start(rel_below(r, 2) ? WEFT_BLOCKING : WEFT_CPU, producers, &c, &fp);
   if (sp != 0) {
@@ -749,9 +760,28 @@ static void step_chan(rel_rng *r) {
     fail("channel: the producers' map returned 0 with %zu of %zu sent", nsent, total);
   if (c.map_rc == -ENOMEM && nsent != 0)
     fail("channel: the producers' map said -ENOMEM, yet %zu were sent", nsent);
+  atomic_store(&g_chan, NULL);
   weft_chan_free(c.ch);
   free(c.sent);
   free(c.recvd);
+}
+
+/* The watchdog, on a stall in a channel step: how far it got. */
+static void chan_report(void) {
+  ch_ctx *c = atomic_load(&g_chan);
+  if (!c) return;
+  size_t total = c->nprod * (size_t)c->per, sent = 0, got = 0;
+  for (size_t i = 0; i < total; i++) {
+    sent += atomic_load(&c->sent[i]);
+    got += atomic_load(&c->recvd[i]);
+  }
+  fprintf(
+      stderr,
+      "  chan: capacity %zu, %zu producers of %d each (their future done: %s), %zu receiving elements (their "
+      "future started: %s); %zu of %zu sent, %zu received; fibers %s\n",
+      g_chan_cap, c->nprod, c->per, atomic_load(&g_chan_prod_done) ? "yes" : "no", c->ncons,
+      atomic_load(&g_chan_cons_started) ? "yes" : "no", sent, total, got,
+      weft_fibers_available() ? "on" : "off (the CPU path)");
 }
 
 /* --- mutex, condition variable, semaphore ----------------------------------------------------------- */
@@ -1416,6 +1446,7 @@ static void *watchdog(void *p) {
             g_stall_s, (unsigned long long)g_seed, atomic_load(&g_step), atomic_load(&g_op), g_rate_ppm,
             (unsigned long long)g_seed, atomic_load(&g_step), g_rate_ppm, g_skip[0] ? " --skip " : "",
             g_skip);
+    chan_report();
     fflush(stderr);
     weft_dump(2, WEFT_DUMP_STACKS);
     fprintf(stderr, "\n%lu passed, 1 failed\n", now);
